@@ -1,0 +1,48 @@
+# demofactory: `make demo` builds a small dataset, `make test` runs the suite.
+# Both start from a clean clone on Debian with Python 3.11 (run as root, or with sudo
+# available for the GL libraries).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Offscreen rendering without a GPU: Mesa's EGL (software) by default; osmesa also works.
+export MUJOCO_GL ?= egl
+export PYOPENGL_PLATFORM ?= $(MUJOCO_GL)
+
+GL_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install demo test lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.gl-libs:
+	@missing=""; for p in $(GL_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing GL libraries for offscreen rendering:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@mkdir -p $(VENV) && touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.gl-libs
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: this takes the CPU wheel; an unpinned torch pulls a CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+demo: install
+	$(BIN)/factory run scene_specs/lift.yaml --out out/lift-demo --attempts 8
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf out .pytest_cache

@@ -1,0 +1,1 @@
+"""Everything that imports Ray: actors, the shard scheduler, cluster configs."""

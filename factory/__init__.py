@@ -1,0 +1,1 @@
+"""The orchestrator: CLI, scene specs, simulation adapter, pipeline, reports."""

@@ -1,0 +1,70 @@
+"""Seed demos: read robosuite's raw collection hdf5 and robomimic's hdf5.
+
+robosuite raw:  data.attrs["env"], data/demo_N/{states, actions}
+robomimic:      data.attrs["env_args"] (JSON with env_name), data/demo_N/{states, actions, obs/*}
+
+The MuJoCo states are the ground truth: replaying stored actions open loop does
+not reproduce them across robosuite versions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from factory.errors import UserError
+from factory.records import SeedDemo
+
+
+def load_seed_demos(path: Path) -> list[SeedDemo]:
+    """All demos of one file, in numeric order (demo_2 before demo_10)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: seed demo file not found")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as err:
+        raise UserError(f"{path}: not a readable hdf5 file ({err})") from None
+    with handle as f:
+        if "data" not in f:
+            raise UserError(f"{path}: expected a group 'data' (robosuite or robomimic demo file)")
+        data = f["data"]
+        env_name = _env_name(data.attrs)
+        names = sorted((k for k in data if k.startswith("demo")), key=_demo_number)
+        if not names:
+            raise UserError(f"{path}: no demo_N groups under 'data'")
+        return [_read_demo(path, data[name], name, env_name) for name in names]
+
+
+def _read_demo(path: Path, group: h5py.Group, name: str, env_name: str) -> SeedDemo:
+    for key in ("states", "actions"):
+        if key not in group:
+            raise UserError(f"{path}: data/{name}: missing dataset {key!r}")
+    states = np.asarray(group["states"][()], dtype=np.float64)
+    actions = np.asarray(group["actions"][()], dtype=np.float64)
+    if states.ndim != 2 or actions.ndim != 2 or len(states) != len(actions) or len(states) < 2:
+        raise UserError(
+            f"{path}: data/{name}: expected states [T, N] and actions [T, A] with equal T >= 2, "
+            f"got {states.shape} and {actions.shape}"
+        )
+    if not np.isfinite(states).all():
+        raise UserError(f"{path}: data/{name}: states contain NaN or infinity")
+    return SeedDemo(name=name, source=path, env_name=env_name, states=states, actions=actions)
+
+
+def _env_name(attrs) -> str:
+    if "env_args" in attrs:  # robomimic
+        try:
+            return str(json.loads(attrs["env_args"]).get("env_name", ""))
+        except (TypeError, ValueError):
+            return ""
+    return str(attrs.get("env", ""))
+
+
+def _demo_number(name: str) -> tuple[int, str]:
+    match = re.search(r"(\d+)$", name)
+    return (int(match.group(1)) if match else -1, name)

@@ -1,0 +1,177 @@
+"""The pipeline: from a validated spec to a dataset directory.
+
+    scene spec ──► prepare: build env, load + annotate seed demos (driver, once)
+               ──► plan shards: shard i = attempts [i*k, (i+1)*k), seeds from (spec seed, i, attempt)
+               ──► ShardWorker.run_shard per shard (in a Ray actor, or in-process in tests):
+                     generate attempts (physics only) ──► successes ──► render ──► write tar
+               ──► driver, per finished shard: generation.json, then manifest.json (the commit point)
+               ──► finish: episodes.jsonl, stats.json
+
+A shard's bytes depend only on the spec and its index, so a retried or resumed
+shard is rewritten identically and a finished one is never redone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from factory.annotate import annotate_demo
+from factory.demos import load_seed_demos
+from factory.errors import SpecError
+from factory.records import AnnotatedDemo, Attempt
+from factory.render import FrameRenderer
+from factory.sim import Scene
+from factory.spec import SceneSpec
+from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from shards import Episode, EpisodeRecord, ShardInfo, shard_name, shards_dir, write_shard
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One unit of distributed work: a shard index and the global attempt ids it holds."""
+
+    index: int
+    attempt_ids: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.index)
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What a worker reports for a finished shard (plain data: it crosses process boundaries)."""
+
+    task: ShardTask
+    info: ShardInfo
+    attempts: int
+    successes: int
+    failures: dict[str, int]  # failure kind -> count
+    episodes: tuple[EpisodeRecord, ...]
+    wall_s: float
+    steps_simulated: int = 0
+    subtask_reached: dict[int, int] = field(default_factory=dict)  # subtasks done -> attempts
+
+    def to_json(self) -> dict:
+        return {
+            "attempt_ids": [self.task.attempt_ids[0], self.task.attempt_ids[-1] + 1],
+            "attempts": self.attempts,
+            "successes": self.successes,
+            "failures": self.failures,
+            "wall_s": round(self.wall_s, 3),
+            "steps_simulated": self.steps_simulated,
+            "episodes": [e.to_json() for e in self.episodes],
+        }
+
+
+def plan_shards(spec: SceneSpec) -> list[ShardTask]:
+    """Split the spec's attempts into shards of `generation.attempts_per_shard`."""
+    per, total = spec.generation.attempts_per_shard, spec.generation.attempts
+    return [
+        ShardTask(i, tuple(range(i * per, min((i + 1) * per, total))))
+        for i in range((total + per - 1) // per)
+    ]
+
+
+def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
+    """Load every seed demo of the spec and annotate it in `scene` (raises UserError)."""
+    demos = []
+    for i, rel in enumerate(spec.seed_demos):
+        path = spec.resolve_path(rel)
+        if not path.is_file():
+            raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
+        demos.extend(annotate_demo(scene, demo) for demo in load_seed_demos(path))
+    return demos
+
+
+def instruction_for(spec: SceneSpec, seed: int) -> str:
+    return spec.instructions[seed % len(spec.instructions)]
+
+
+def failure_kind(reason: str) -> str:
+    """Group failure reasons by their first clause ("horizon", "simulator error", ...)."""
+    return reason.split(":", 1)[0]
+
+
+class ShardWorker:
+    """Owns one Scene and one renderer for its lifetime; runs whole shards.
+
+    The same class runs inside a Ray actor (cluster/) and directly in tests.
+    """
+
+    def __init__(self, spec: SceneSpec, demos: Sequence[AnnotatedDemo], scene: Scene | None = None):
+        self.spec = spec
+        self.demos = list(demos)
+        self.scene = scene if scene is not None else Scene(spec)
+        self.renderer = FrameRenderer(self.scene, spec.cameras, spec.render)
+
+    def run_attempt(self, task: ShardTask, attempt_id: int) -> Attempt:
+        plan = AttemptPlan(attempt_id, task.index, attempt_seed(self.spec.seed, task.index, attempt_id))
+        return generate_attempt(self.scene, self.demos, plan)
+
+    def make_episode(self, attempt: Attempt) -> Episode:
+        images = self.renderer.render_states(attempt.states)
+        return Episode(
+            index=attempt.attempt_id,
+            shard=attempt.shard,
+            instruction=instruction_for(self.spec, attempt.seed),
+            seed=attempt.seed,
+            actions=attempt.actions,
+            states=attempt.proprio,
+            sim_states=attempt.states,
+            images=images,
+            provenance=dict(attempt.provenance),
+        )
+
+    def run_shard(
+        self, task: ShardTask, out_dir: Path, on_attempt: Callable[[bool], None] | None = None
+    ) -> ShardResult:
+        """Generate, render and write one shard; returns its summary."""
+        start = time.perf_counter()
+        episodes, failures, reached, steps = [], Counter(), Counter(), 0
+        for attempt_id in task.attempt_ids:
+            attempt = self.run_attempt(task, attempt_id)
+            steps += attempt.length
+            reached[attempt.subtasks_done] += 1
+            if attempt.success:
+                episodes.append(self.make_episode(attempt))
+            else:
+                failures[failure_kind(attempt.reason)] += 1
+            if on_attempt is not None:
+                on_attempt(attempt.success)
+        directory = shards_dir(out_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        info = write_shard(episodes, directory, task.index)
+        return ShardResult(
+            task=task,
+            info=info,
+            attempts=len(task.attempt_ids),
+            successes=len(episodes),
+            failures=dict(sorted(failures.items())),
+            episodes=tuple(EpisodeRecord.from_episode(e) for e in episodes),
+            wall_s=time.perf_counter() - start,
+            steps_simulated=steps,
+            subtask_reached=dict(sorted(reached.items())),
+        )
+
+    def close(self) -> None:
+        self.renderer.close()
+
+
+def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResult:
+    """A finished shard's result as recorded in generation.json (used on resume)."""
+    return ShardResult(
+        task=task,
+        info=info,
+        attempts=entry["attempts"],
+        successes=entry["successes"],
+        failures=dict(entry["failures"]),
+        episodes=tuple(EpisodeRecord.from_json(e) for e in entry["episodes"]),
+        wall_s=float(entry["wall_s"]),
+        steps_simulated=int(entry.get("steps_simulated", 0)),
+    )
+

@@ -1,0 +1,80 @@
+"""Plain records exchanged between stages (seed demos, annotations, attempts).
+
+Poses are 4x4 homogeneous matrices in the MuJoCo world frame, metres and
+radians. `T` is a number of control steps, `N` the size of a flattened MuJoCo
+state (time, qpos, qvel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SeedDemo:
+    """One human demonstration as recorded.
+
+    states: [T, N] float64 flattened MuJoCo states, the ground truth.
+    actions: [T, 7] float64 OSC_POSE deltas (3 position, 3 axis-angle, 1 gripper) in [-1, 1].
+    """
+
+    name: str  # e.g. "demo_1"
+    source: Path  # the hdf5 file
+    env_name: str  # robosuite env it was recorded in, "" when the file does not say
+    states: np.ndarray
+    actions: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return len(self.states)
+
+    @property
+    def label(self) -> str:
+        return f"{self.source.name}:{self.name}"
+
+
+@dataclass(frozen=True)
+class AnnotatedDemo:
+    """A seed demo replayed in the current simulator, ready to be re-targeted.
+
+    eef_poses: [T, 4, 4] end-effector (grip site) poses.
+    object_poses: spec object name -> [T, 4, 4] body poses.
+    gripper: [T] gripper command per step (the demo's last action dimension).
+    subtask_ends: per subtask, the first step at which its ending predicate holds
+        (the demo length for a subtask that ends with the demo).
+    """
+
+    demo: SeedDemo
+    eef_poses: np.ndarray
+    object_poses: Mapping[str, np.ndarray]
+    gripper: np.ndarray
+    subtask_ends: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One generation attempt, successful or not (physics only, nothing rendered).
+
+    states: [T, N] float64 MuJoCo state before each action.
+    actions: [T, 7] float32 the commands executed (noise included).
+    proprio: [T, 9] float32 eef position (3), eef quaternion xyzw (4), gripper joints (2).
+    """
+
+    attempt_id: int  # global index, unique in the dataset
+    shard: int
+    seed: int
+    success: bool
+    reason: str  # "" on success; why it failed otherwise
+    states: np.ndarray
+    actions: np.ndarray
+    proprio: np.ndarray
+    subtasks_done: int  # subtasks fully executed before success was checked
+    provenance: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        return len(self.actions)

@@ -1,0 +1,73 @@
+"""What a dataset holds, for `factory inspect` and the end of `factory run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from factory.errors import UserError
+from factory.run import load_generation
+from shards import DatasetError, load_dataset_info, load_manifest
+
+
+def summarize(dataset_dir: Path) -> dict:
+    """Attempts, successes, episodes, steps, shards, bytes, cameras and wall time of a dataset."""
+    try:
+        info = load_dataset_info(dataset_dir)
+        manifest = load_manifest(dataset_dir)
+        generation = load_generation(dataset_dir)
+    except (DatasetError, ValueError) as err:
+        raise UserError(f"{dataset_dir}: not a readable dataset ({err})") from None
+    if info is None:
+        raise UserError(f"{dataset_dir}: not a demofactory dataset (no dataset_info.json)")
+    listed = {s.name for s in manifest.shards}
+    shards = [v for k, v in generation.get("shards", {}).items() if k in listed]
+    attempts = sum(s["attempts"] for s in shards)
+    successes = sum(s["successes"] for s in shards)
+    failures: dict[str, int] = {}
+    for s in shards:
+        for kind, n in s["failures"].items():
+            failures[kind] = failures.get(kind, 0) + n
+    planned = info["spec"]["generation"]["attempts"]
+    return {
+        "path": str(dataset_dir),
+        "name": info["name"],
+        "env": info["env"],
+        "attempts": attempts,
+        "attempts_planned": planned,
+        "complete": attempts >= planned,
+        "successes": successes,
+        "success_rate": round(successes / attempts, 4) if attempts else 0.0,
+        "failures": dict(sorted(failures.items())),
+        "episodes": manifest.total_episodes,
+        "steps": manifest.total_samples,
+        "shards": len(manifest.shards),
+        "bytes": manifest.total_bytes,
+        "cameras": [f"{c['name']} {c['width']}x{c['height']}" for c in info["cameras"]],
+        "wall_s": generation.get("wall_s", 0.0),
+    }
+
+
+def format_summary(summary: dict) -> str:
+    """A few aligned lines for people."""
+    rows = [
+        ("dataset", f"{summary['path']}  ({summary['name']}, {summary['env']})"),
+        ("attempts", f"{summary['attempts']} of {summary['attempts_planned']} planned"
+                     + ("" if summary["complete"] else "  (incomplete: run again to resume)")),
+        ("successes", f"{summary['successes']}  ({summary['success_rate']:.1%})"),
+        ("failures", ", ".join(f"{k}: {v}" for k, v in summary["failures"].items()) or "none"),
+        ("episodes", str(summary["episodes"])),
+        ("steps", str(summary["steps"])),
+        ("shards", f"{summary['shards']}  ({_human_bytes(summary['bytes'])})"),
+        ("cameras", ", ".join(summary["cameras"]) or "none (low-dimensional)"),
+        ("wall time", f"{summary['wall_s']:.1f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

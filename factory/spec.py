@@ -1,0 +1,280 @@
+"""Scene specs: the YAML a user writes, parsed and validated as pure data.
+
+`load_spec(path)` reads YAML and validates it with pydantic, reporting every
+error with its YAML path at once (`SpecError`). It touches nothing but the
+file: whether seed demos exist, the env builds and cameras exist is checked
+afterwards by `factory.resolve.resolve_spec`, with equally clear messages.
+
+    name: stack
+    seed: 0
+    task: {env: Stack, robot: Panda, horizon: 800}
+    seed_demos: [demos/stack_panda_1demo_robosuite100.hdf5]
+    objects: {cubeA: cubeA_main, cubeB: cubeB_main}
+    subtasks:
+      - {object: cubeA, ends_when: grasped(cubeA)}
+      - {object: cubeB}
+    ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from factory.errors import SpecError
+from factory.predicates import parse_predicate
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo must never silently fall back to a default.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskSpec(_Strict):
+    env: str  # robosuite environment name, e.g. "Lift", "Stack"
+    robot: str = "Panda"  # robosuite robot name (single arm)
+    controller: Literal["OSC_POSE"] = "OSC_POSE"  # arm controller; generation emits delta poses
+    control_freq: int = Field(20, ge=1, le=500)  # Hz; seed demos were recorded at 20
+    horizon: int = Field(1000, ge=1)  # most control steps one attempt may take
+
+
+class SubtaskSpec(_Strict):
+    object: str  # reference object: the segment is re-targeted relative to its pose
+    ends_when: str | None = None  # predicate ending the subtask; None: the end of the demo (last only)
+    end_offset: tuple[int, int] = (0, 0)  # extra steps after the predicate first holds, drawn in [lo, hi]
+
+    @field_validator("ends_when")
+    @classmethod
+    def _predicate(cls, text: str | None) -> str | None:
+        if text is not None:
+            parse_predicate(text)
+        return text
+
+    @field_validator("end_offset")
+    @classmethod
+    def _offset(cls, offset: tuple[int, int]) -> tuple[int, int]:
+        if not 0 <= offset[0] <= offset[1]:
+            raise ValueError(f"expected [lo, hi] with 0 <= lo <= hi, got {list(offset)}")
+        return offset
+
+
+class PlacementRange(_Strict):
+    # Offsets from the object's pose at the start of the first seed demo, drawn uniformly.
+    x: tuple[float, float] = (0.0, 0.0)  # metres
+    y: tuple[float, float] = (0.0, 0.0)  # metres
+    yaw: tuple[float, float] = (0.0, 0.0)  # radians, about the world z axis
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PlacementRange:
+        for axis in ("x", "y", "yaw"):
+            lo, hi = getattr(self, axis)
+            if lo > hi:
+                raise ValueError(f"{axis} must be [lo, hi] with lo <= hi, got [{lo}, {hi}]")
+        return self
+
+
+class PlacementSpec(_Strict):
+    objects: dict[str, PlacementRange] = {}  # spec object name -> ranges; absent: start as in the demo
+    min_separation: float = Field(0.0, ge=0.0)  # metres between object centres (xy), by rejection
+
+
+class GenerationSpec(_Strict):
+    attempts: int = Field(100, ge=1)  # generation attempts; only successes are kept and rendered
+    attempts_per_shard: int = Field(10, ge=1)  # the unit of distributed work and of resume
+    source_selection: Literal["random"] = "random"  # how a seed demo is picked per episode
+    action_noise: float = Field(0.05, ge=0.0, le=1.0)  # std of Gaussian noise on arm actions
+    interpolation_steps: int = Field(5, ge=0)  # steps bridging the current pose to a segment
+    fixed_steps: int = Field(0, ge=0)  # steps holding the first target before a segment
+    success_hold_steps: int = Field(1, ge=1)  # success must hold on this many final steps
+
+
+class CameraSpec(_Strict):
+    name: str  # a camera of the robosuite model, e.g. agentview, robot0_eye_in_hand
+    width: int = Field(84, ge=8, le=2048)  # pixels
+    height: int = Field(84, ge=8, le=2048)  # pixels
+
+
+class RenderSpec(_Strict):
+    reflections: bool = False  # off: ~2x faster under software GL, little visual loss
+    shadows: bool = True
+    jpeg_quality: int = Field(90, ge=1, le=100)
+
+
+class OutputSpec(_Strict):
+    dir: str | None = None  # default: out/<name>, relative to the working directory
+
+
+class SceneSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # dataset name
+    seed: int = Field(0, ge=0)  # every random draw derives from it and the unit of work
+    task: TaskSpec
+    seed_demos: list[str] = Field(min_length=1)  # hdf5 files, relative to this spec file
+    objects: dict[str, str] = Field(min_length=1)  # spec name -> MuJoCo body name
+    subtasks: list[SubtaskSpec] = Field(min_length=1)
+    placement: PlacementSpec = PlacementSpec()
+    generation: GenerationSpec = GenerationSpec()
+    cameras: list[CameraSpec] = []  # none: a low-dimensional dataset, nothing rendered
+    render: RenderSpec = RenderSpec()
+    instructions: list[str] = Field(min_length=1)  # phrasings; one is drawn per episode
+    output: OutputSpec = OutputSpec()
+
+    _path: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> SceneSpec:
+        names = ", ".join(self.objects)
+        for i, sub in enumerate(self.subtasks):
+            if sub.object not in self.objects:
+                raise _FieldError(f"subtasks[{i}].object", f"unknown object {sub.object!r} (expected one of: {names})")
+            if sub.ends_when is None and i != len(self.subtasks) - 1:
+                raise _FieldError(f"subtasks[{i}].ends_when", "only the last subtask may omit its ending predicate")
+            if sub.ends_when is not None:
+                for obj in parse_predicate(sub.ends_when).objects:
+                    if obj not in self.objects:
+                        raise _FieldError(f"subtasks[{i}].ends_when", f"unknown object {obj!r} (expected one of: {names})")
+        for obj in self.placement.objects:
+            if obj not in self.objects:
+                raise _FieldError(f"placement.objects.{obj}", f"unknown object (expected one of: {names})")
+        cams = [c.name for c in self.cameras]
+        if len(set(cams)) != len(cams):
+            raise _FieldError("cameras", f"camera names must be unique, got {cams}")
+        return self
+
+    @property
+    def path(self) -> Path:
+        """The YAML file this spec came from (cwd for specs built in code)."""
+        return self._path if self._path is not None else Path("<memory>")
+
+    def resolve_path(self, relative: str) -> Path:
+        """A path written in the spec, relative to the spec file's folder."""
+        base = self._path.parent if self._path is not None else Path.cwd()
+        return (base / relative).resolve()
+
+    def output_dir(self) -> Path:
+        return Path(self.output.dir) if self.output.dir else Path("out") / self.name
+
+    def fingerprint(self) -> str:
+        """sha256 of everything that shapes the data (not where it is written)."""
+        data = self.model_dump(mode="json", exclude={"output"})
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+class _FieldError(ValueError):
+    """Raised inside a validator to point at a field other than the model's own location."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
+    """Read and validate a scene spec; raise SpecError naming file, field and expectation.
+
+    `overrides` are dotted keys applied before validation (``{"generation.attempts": 20}``),
+    so that CLI flags are checked exactly like the YAML.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(path, "", "file not found") from None
+    except OSError as err:
+        raise SpecError(path, "", f"cannot read ({err.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise SpecError(path, "", f"malformed YAML: {where}{problem}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(path, "", f"expected a mapping of fields at the top level, got {type(raw).__name__}")
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    try:
+        spec = SceneSpec.model_validate(raw)
+    except ValidationError as err:
+        raise SpecError(path, *_describe(err)) from None
+    spec._path = path.resolve()
+    return spec
+
+
+def _set_dotted(raw: dict, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    node = raw
+    for key in parents:
+        node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else node
+    node[leaf] = value
+
+
+def _describe(err: ValidationError) -> tuple[str, str]:
+    """All of pydantic's errors as (field paths, messages), each naming what was expected."""
+    fields, messages = [], []
+    for item in err.errors(include_url=False):
+        field, message = _describe_one(item)
+        fields.append(field)
+        messages.append(message if len(err.errors()) == 1 else f"{field}: {message}")
+    if len(fields) == 1:
+        return fields[0], messages[0]
+    return fields[0], f"{messages[0]} (and {len(fields) - 1} more: " + "; ".join(messages[1:]) + ")"
+
+
+def _describe_one(item: dict) -> tuple[str, str]:
+    loc = [p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    ctx_err = (item.get("ctx") or {}).get("error")
+    if isinstance(ctx_err, _FieldError):
+        return ctx_err.field, str(ctx_err)
+    field = _format_loc(loc)
+    kind = item["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
+        return field, f"unknown key{hint}"
+    if kind == "missing":
+        return field, "required field is missing"
+    message = item["msg"].removeprefix("Value error, ")
+    if "input" in item and kind not in ("model_type", "dict_type", "list_type", "value_error"):
+        message += f", got {item['input']!r}"
+    return field, message
+
+
+def _format_loc(loc: list) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _allowed_keys(loc: list) -> list[str]:
+    model: type[BaseModel] | None = SceneSpec
+    for part in loc:
+        if model is None or isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return []  # inside a free-form mapping (objects, placement.objects)
+        model = _model_of(field.annotation)
+    return list(model.model_fields) if model else []
+
+
+def _model_of(annotation) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found:
+            return found
+    return None

@@ -1,0 +1,1 @@
+"""Trajectory and appearance generators (MimicGen-style retargeting and friends)."""

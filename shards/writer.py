@@ -1,0 +1,179 @@
+"""Write one shard: whole episodes as WebDataset samples, one sample per time step.
+
+    episodes (sorted by index)
+      -> a stream of (member name, bytes), per step: cameras' .jpg, action/state/sim_state .npy, meta.json
+      -> tar members with fixed metadata (mtime 0, uid 0, mode 0o444)
+      -> .shard-000003.tar.tmp-<pid>  --fsync, os.replace-->  shard-000003.tar
+
+The tar is written with the stdlib `tarfile`, not webdataset's writer, so that
+equal content gives equal bytes: a retried shard is rewritten identically and
+its checksum in the manifest still holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shards.format import (
+    ACTION_KEY,
+    META_KEY,
+    SIM_STATE_KEY,
+    STATE_KEY,
+    DatasetError,
+    Episode,
+    atomic_output,
+    dumps_json,
+    sample_key,
+    shard_name,
+)
+
+# Fixed tar header fields: nothing about when or by whom a shard was written
+# may reach its bytes.
+_TAR_FORMAT = tarfile.PAX_FORMAT  # PAX rather than USTAR: no 100-character name limit
+_TAR_MTIME = 0
+_TAR_MODE = 0o444
+_HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What the manifest records about one finished shard.
+
+    name:     file name inside ``DIR/shards`` (``shard-000003.tar``)
+    samples:  number of WebDataset samples (= time steps)
+    episodes: number of whole episodes
+    bytes:    file size in bytes
+    sha256:   hex digest of the file
+    """
+
+    name: str
+    samples: int
+    episodes: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest entry: a JSON-ready dict of the five fields."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, entry: Any) -> ShardInfo:
+        """Parse a manifest entry; missing, unknown or mistyped fields raise `DatasetError`."""
+        if not isinstance(entry, dict):
+            raise DatasetError(f"shard entry must be an object, got {type(entry).__name__}")
+        expected = {f.name for f in fields(cls)}
+        if set(entry) != expected:
+            raise DatasetError(
+                f"shard entry has fields {sorted(entry)}, expected {sorted(expected)}"
+            )
+        for name in ("samples", "episodes", "bytes"):
+            if isinstance(entry[name], bool) or not isinstance(entry[name], int) or entry[name] < 0:
+                raise DatasetError(f"shard entry {name!r} must be an int >= 0, got {entry[name]!r}")
+        for name in ("name", "sha256"):
+            if not isinstance(entry[name], str) or not entry[name]:
+                raise DatasetError(f"shard entry {name!r} must be a non-empty string, got {entry[name]!r}")
+        return cls(**entry)
+
+
+def write_shard(episodes: Sequence[Episode], shards_dir: Path, shard_index: int) -> ShardInfo:
+    """Write `episodes` as ``shards_dir/shard-<shard_index>.tar``, atomically and reproducibly.
+
+    Every episode must have ``episode.shard == shard_index`` and a distinct
+    index; they are written whole, sorted by index. The shard appears under its
+    final name only once complete; on failure nothing is left behind (a previous
+    file of the same name is kept). An empty `episodes` writes a valid, empty tar.
+
+    Returns the `ShardInfo` of the written file, with the sha256 of its bytes.
+    """
+    ordered = _check_episodes(episodes, shard_index)
+    path = Path(shards_dir) / shard_name(shard_index)
+    with atomic_output(path) as f, tarfile.open(
+        fileobj=f, mode="w", format=_TAR_FORMAT, encoding="utf-8"
+    ) as tar:
+        for member, data in _shard_members(ordered):
+            tar.addfile(_tar_info(member, len(data)), io.BytesIO(data))
+    return ShardInfo(
+        name=path.name,
+        samples=sum(ep.length for ep in ordered),
+        episodes=len(ordered),
+        bytes=path.stat().st_size,
+        sha256=sha256_file(path),
+    )
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_episodes(episodes: Sequence[Episode], shard_index: int) -> list[Episode]:
+    seen: set[int] = set()
+    for ep in episodes:
+        if not isinstance(ep, Episode):
+            raise TypeError(f"write_shard takes Episode records, got {type(ep).__name__}")
+        if ep.shard != shard_index:
+            raise ValueError(f"episode {ep.index} belongs to shard {ep.shard}, not shard {shard_index}")
+        if ep.index in seen:
+            raise ValueError(f"episode index {ep.index} appears twice in shard {shard_index}")
+        seen.add(ep.index)
+    return sorted(episodes, key=lambda ep: ep.index)
+
+
+def _shard_members(episodes: Sequence[Episode]) -> Iterator[tuple[str, bytes]]:
+    # A stream of (member name, data); all members of one sample are adjacent,
+    # which is what WebDataset's grouping by key relies on.
+    for ep in episodes:
+        cameras = sorted(ep.images)
+        for t in range(ep.length):
+            key = sample_key(ep.index, t)
+            for camera in cameras:
+                yield f"{key}.{camera}.jpg", ep.images[camera][t]
+            yield f"{key}.{ACTION_KEY}.npy", _npy_bytes(ep.actions[t])
+            yield f"{key}.{STATE_KEY}.npy", _npy_bytes(ep.states[t])
+            yield f"{key}.{SIM_STATE_KEY}.npy", _npy_bytes(ep.sim_states[t])
+            yield f"{key}.{META_KEY}.json", _meta_bytes(_step_meta(ep, t))
+
+
+def _step_meta(ep: Episode, t: int) -> Mapping[str, Any]:
+    return {
+        "episode": ep.index,
+        "step": t,
+        "length": ep.length,
+        "instruction": ep.instruction,
+        "seed": ep.seed,
+        "is_first": t == 0,
+        "is_last": t == ep.length - 1,
+    }
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _meta_bytes(meta: Mapping[str, Any]) -> bytes:
+    return dumps_json(meta).encode("utf-8")
+
+
+def _tar_info(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = _TAR_MTIME
+    info.mode = _TAR_MODE
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info
