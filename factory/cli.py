@@ -61,11 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(path: Path, overrides: dict | None = None):
+def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None):
+    """load_spec (pure), the output directory check (cheap), then resolve (builds the env)."""
     from factory.resolve import resolve_spec
+    from factory.run import check_output_dir
     from factory.spec import load_spec
 
     spec = load_spec(path, overrides)
+    if out_dir is not None or overrides is not None:
+        check_output_dir(out_dir or spec.output_dir(), spec)
     return resolve_spec(spec)
 
 
@@ -88,7 +92,7 @@ def cmd_run(args) -> int:
         overrides["generation.attempts"] = args.attempts
     if args.seed is not None:
         overrides["seed"] = args.seed
-    resolved = _load(args.spec, overrides)
+    resolved = _load(args.spec, overrides, args.out)
     out_dir = args.out or resolved.spec.output_dir()
     workers = args.workers or max(1, os.cpu_count() or 1)
     run_dataset(resolved, out_dir, workers, args.address, show_progress=not args.no_progress)

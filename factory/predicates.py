@@ -12,6 +12,7 @@ Parsing is pure; evaluation lives in `factory.sim`, which owns the simulator.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ PREDICATE_KINDS: dict[str, PredicateKind] = {
 }
 
 _CALL = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,10 @@ def parse_predicate(text: str) -> Predicate:
         given = [float(a) for a in args[kind.objects :]]
     except ValueError:
         raise ValueError(f"{name} takes {usage}, got {text.strip()!r}") from None
+    # An object must be a name and a parameter a finite number: `grasped(a)(b)` or
+    # `lifted(cube, nan)` would otherwise parse and then never hold.
+    if not all(_NAME.match(o) for o in objects) or not all(math.isfinite(g) for g in given):
+        raise ValueError(f"{name} takes {usage}, got {text.strip()!r}")
     defaults = [default for _, default in kind.params]
     params = tuple(given + defaults[len(given) :])
     return Predicate(name, objects, params)

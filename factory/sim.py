@@ -24,6 +24,7 @@ from factory.predicates import Predicate, parse_predicate  # noqa: E402
 from factory.spec import SceneSpec, TaskSpec  # noqa: E402
 from generators.poses import make_pose, mat_to_quat  # noqa: E402
 
+GRASP_MARGIN = 0.003  # metres between each finger pad and the object for `grasped`
 PROPRIO_LAYOUT = (("eef_pos", 3), ("eef_quat_xyzw", 4), ("gripper_qpos", 2))
 ACTION_LAYOUT = (("delta_pos", 3), ("delta_axis_angle", 3), ("gripper", 1))
 
@@ -34,8 +35,12 @@ ACTION_LAYOUT = (("delta_pos", 3), ("delta_axis_angle", 3), ("gripper", 1))
 logging.getLogger("robosuite_logs").addFilter(lambda record: record.levelno >= logging.ERROR)
 
 
-def make_env(task: TaskSpec):
-    """A robosuite env for generation: no cameras, no renderer, deterministic resets."""
+def make_env(task: TaskSpec, model_seed: int = 0):
+    """A robosuite env for generation: no cameras, no renderer, deterministic resets.
+
+    robosuite draws some object sizes (Lift's cube) from the env's RNG when it builds
+    the model; a fixed seed gives every worker the same model, hence the same physics.
+    """
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 
@@ -53,6 +58,7 @@ def make_env(task: TaskSpec):
         ignore_done=True,
         hard_reset=False,  # keep one MjModel for the env's lifetime: renderers stay valid
         initialization_noise=None,  # initial robot pose comes from the seed demo, not robosuite's RNG
+        seed=model_seed,
     )
 
 
@@ -71,7 +77,7 @@ class Scene:
 
     def __init__(self, spec: SceneSpec):
         self.spec = spec
-        self.env = make_env(spec.task)
+        self.env = make_env(spec.task, model_seed=spec.seed)
         self.env.reset()
         self.model: mujoco.MjModel = self.env.sim.model._model
         self.data: mujoco.MjData = self.env.sim.data._data
@@ -191,8 +197,7 @@ class Scene:
         if p.name == "success":
             return self.success()
         if p.name == "grasped":
-            touching = self._touching(self._geoms[p.objects[0]])
-            return all(touching & pads for pads in self._pads)
+            return self._grasped(p.objects[0])
         if p.name == "contact":
             return bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
         if p.name == "lifted":
@@ -203,10 +208,27 @@ class Scene:
             return float(np.linalg.norm(a - b)) < p.params[0]
         if p.name == "on_top":
             resting = a[2] > b[2] + 0.005 and np.linalg.norm(a[:2] - b[:2]) < 0.05
-            held = all(self._touching(self._geoms[p.objects[0]]) & pads for pads in self._pads)
+            held = self._grasped(p.objects[0])
             touching = bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
             return bool(resting and touching and not held)
         raise ValueError(f"predicate {p.name!r} has no evaluation")
+
+    def _grasped(self, obj: str, margin: float = GRASP_MARGIN) -> bool:
+        """Both finger pads within `margin` of the object (contact, or nearly).
+
+        A margin rather than strict contact: a demo recorded with a slightly larger
+        object (robosuite draws Lift's cube size per model) leaves a sub-millimetre gap
+        when its states are restored in our model.
+        """
+        return all(self._distance(pads, self._geoms[obj], margin) <= margin for pads in self._pads)
+
+    def _distance(self, geoms_a, geoms_b, cap: float) -> float:
+        """Smallest surface distance between two geom sets (negative when penetrating)."""
+        best = cap + 1.0
+        for a in geoms_a:
+            for b in geoms_b:
+                best = min(best, mujoco.mj_geomDistance(self.model, self.data, a, b, cap + 1.0, None))
+        return best
 
     def _touching(self, geoms: frozenset[int]) -> set[int]:
         """Geoms in contact with any of `geoms`."""

@@ -167,8 +167,12 @@ class SceneSpec(_Strict):
         return Path(self.output.dir) if self.output.dir else Path("out") / self.name
 
     def fingerprint(self) -> str:
-        """sha256 of everything that shapes the data (not where it is written)."""
-        data = self.model_dump(mode="json", exclude={"output"})
+        """sha256 of everything that shapes the data (not where it is written).
+
+        `generation.attempts` is left out: it says how far to extend the dataset,
+        and re-running with more attempts must resume it, not refuse it.
+        """
+        data = self.model_dump(mode="json", exclude={"output": True, "generation": {"attempts"}})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -216,20 +220,21 @@ def _set_dotted(raw: dict, dotted: str, value) -> None:
     *parents, leaf = dotted.split(".")
     node = raw
     for key in parents:
-        node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else node
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            return  # e.g. `generation: 5`: validation reports that section, not a stray key
     node[leaf] = value
 
 
 def _describe(err: ValidationError) -> tuple[str, str]:
     """All of pydantic's errors as (field paths, messages), each naming what was expected."""
-    fields, messages = [], []
-    for item in err.errors(include_url=False):
-        field, message = _describe_one(item)
-        fields.append(field)
-        messages.append(message if len(err.errors()) == 1 else f"{field}: {message}")
-    if len(fields) == 1:
-        return fields[0], messages[0]
-    return fields[0], f"{messages[0]} (and {len(fields) - 1} more: " + "; ".join(messages[1:]) + ")"
+    described = [_describe_one(item) for item in err.errors(include_url=False)]
+    (field, message), rest = described[0], described[1:]
+    if not rest:
+        return field, message
+    # SpecError prints the first field itself; only the others need theirs here.
+    others = "; ".join(f"{f}: {m}" for f, m in rest)
+    return field, f"{message} (and {len(rest)} more: {others})"
 
 
 def _describe_one(item: dict) -> tuple[str, str]:
