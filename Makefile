@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= $(MUJOCO_GL)
 
-GL_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6
+GL_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install demo test lint bench clean
@@ -33,7 +33,8 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.gl-libs
 	touch $@
 
 demo: install
-	$(BIN)/factory run scene_specs/lift.yaml --out out/lift-demo --attempts 8
+	$(BIN)/factory run scene_specs/lift.yaml --out out/lift-demo --attempts 10
+	$(BIN)/factory preview out/lift-demo
 
 test: install
 	$(BIN)/python -m pytest -q tests

@@ -76,13 +76,15 @@ def run_shards(
     config: ClusterConfig,
     on_result: Callable[[ShardResult], None],
     on_attempt: Callable[[bool], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Run every task on the cluster; `on_result` is called in the driver as each shard lands."""
+    """Run the tasks in order on the cluster; `on_result` is called in the driver as each shard
+    lands. Once `should_stop()` is true no new shard starts (running ones finish)."""
     if not tasks:
         return
     owns = connect(config)
     try:
-        _Dispatcher(spec, demos, out_dir, config, on_result, on_attempt).run(tasks)
+        _Dispatcher(spec, demos, out_dir, config, on_result, on_attempt).run(tasks, should_stop)
     finally:
         if owns:
             ray.shutdown()
@@ -100,12 +102,12 @@ class _Dispatcher:
     def _new_actor(self):
         return self.actor_class.remote(self.spec_ref, self.demos_ref)
 
-    def run(self, tasks: Sequence[ShardTask]) -> None:
+    def run(self, tasks: Sequence[ShardTask], should_stop: Callable[[], bool]) -> None:
         queue = deque(tasks)
         idle = [self._new_actor() for _ in range(min(self.config.workers, len(tasks)))]
         running: dict = {}  # object ref -> (actor, task)
-        while queue or running:
-            while queue and idle:
+        while running or (queue and not should_stop()):
+            while queue and idle and not should_stop():
                 actor, task = idle.pop(), queue.popleft()
                 ref = actor.run_shard_reporting.remote(task, self.out_dir, self.progress)
                 running[ref] = (actor, task)

@@ -37,26 +37,66 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
         for name in objects:
             objects[name][t] = scene.object_pose(name)
         holds[t] = [p is not None and scene.holds(p) for p in predicates]
-    ends = _subtask_ends(demo, holds, predicates)
     gripper = demo.actions[:, -1].astype(np.float64)
-    return AnnotatedDemo(demo=demo, eef_poses=eef, object_poses=objects, gripper=gripper, subtask_ends=ends)
+    order, ends = subtask_order_and_ends(demo, holds, predicates, gripper)
+    return AnnotatedDemo(
+        demo=demo, eef_poses=eef, object_poses=objects, gripper=gripper, subtask_ends=ends, order=order
+    )
 
 
-def _subtask_ends(demo: SeedDemo, holds: np.ndarray, predicates) -> tuple[int, ...]:
-    """Subtasks happen in spec order: each ends at the first step after the previous end
-    at which its predicate holds; a subtask without a predicate ends with the demo."""
-    ends, start = [], 0
-    for i, predicate in enumerate(predicates):
-        if predicate is None:
-            ends.append(demo.length)
-            start = demo.length
-            continue
-        hits = np.flatnonzero(holds[start:, i])
-        if len(hits) == 0:
-            raise UserError(
-                f"{demo.source}: data/{demo.name}: subtask {i} never ends: {predicate} does not hold "
-                f"after step {start} of {demo.length}; check the spec's objects and subtasks"
-            )
-        start = start + int(hits[0]) + 1
-        ends.append(start)
-    return tuple(ends)
+def gripper_events(gripper: np.ndarray) -> np.ndarray:
+    """Steps at which the gripper command flips between open (< 0) and close (> 0)."""
+    closed = gripper > 0
+    return np.flatnonzero(closed[1:] != closed[:-1]) + 1
+
+
+def subtask_order_and_ends(demo: SeedDemo, holds: np.ndarray, predicates, gripper: np.ndarray):
+    """The order in which this demo does the subtasks, and where each one ends.
+
+    When every subtask but the last has a predicate, the order is that in which the
+    predicates first hold in the demo (a person may pick the bread before the cereal).
+    Otherwise subtasks keep the spec's order, and one without a predicate ends at the
+    next gripper open/close event. Each subtask ends at the first step after the
+    previous end at which its predicate holds; the last one runs to the demo's end.
+    Returns (order: subtask indices, ends: end step per subtask index).
+    """
+    count = len(predicates)
+    order = list(range(count))
+    if all(p is not None for p in predicates[:-1]):
+        first = [int(np.argmax(holds[:, i])) if holds[:, i].any() else None for i in range(count)]
+        for i, t in enumerate(first[:-1]):
+            if t is None:
+                _never(demo, i, predicates[i], 0)
+        ranked = [i for i in range(count) if predicates[i] is not None and first[i] is not None]
+        if predicates[-1] is not None and first[-1] is None:
+            ranked = [i for i in ranked if i != count - 1]
+        ranked.sort(key=lambda i: (first[i], i))
+        order = ranked + [i for i in range(count) if i not in ranked]
+    events = gripper_events(gripper)
+    ends, start = [0] * count, 0
+    for k, i in enumerate(order):
+        if k == count - 1:
+            end = demo.length
+        elif predicates[i] is not None:
+            hits = np.flatnonzero(holds[start:, i])
+            if len(hits) == 0:
+                _never(demo, i, predicates[i], start)
+            end = start + int(hits[0]) + 1
+        else:
+            later = events[events > start]
+            if len(later) == 0:
+                raise UserError(
+                    f"{demo.source}: data/{demo.name}: subtask {i} has no ends_when and the gripper "
+                    f"does not open or close after step {start}; give it a predicate"
+                )
+            end = int(later[0])
+        ends[i] = end
+        start = end
+    return tuple(order), tuple(ends)
+
+
+def _never(demo: SeedDemo, index: int, predicate, start: int):
+    raise UserError(
+        f"{demo.source}: data/{demo.name}: subtask {index} never ends: {predicate} does not hold "
+        f"after step {start} of {demo.length}; check the spec's objects and subtasks"
+    )

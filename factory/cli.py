@@ -1,8 +1,11 @@
 """The `factory` command.
 
     factory validate scene_specs/stack.yaml
+    factory annotate scene_specs/stack.yaml
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
+    factory preview out/stack          # contact sheet PNG + one mp4 per camera
+    factory verify out/stack           # checksums, sample counts, episodes, stats
 
 Bad input (a spec, a seed file, an output directory) prints one line naming
 the file, the field and what was expected, and exits with code 2.
@@ -16,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from factory.errors import UserError
+from factory.errors import SpecError, UserError
 
 
 def _positive_int(text: str) -> int:
@@ -46,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a scene spec (YAML, seed demos, env, cameras)")
     p.add_argument("spec", type=Path)
 
+    p = sub.add_parser("annotate", help="show where each subtask starts and ends in each seed demo")
+    p.add_argument("spec", type=Path)
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
     p = sub.add_parser("run", help="generate, render and write a dataset on Ray")
     p.add_argument("spec", type=Path)
     p.add_argument("--out", type=Path, help="dataset directory (default: the spec's output.dir, or out/<name>)")
@@ -54,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else a local one)")
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("preview", help="a contact-sheet PNG and one mp4 per camera of a dataset")
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--out", type=Path, help="folder for the pictures (default: DATASET/preview)")
+    p.add_argument("--episodes", type=_positive_int, default=6, help="rows of the contact sheet")
+
+    p = sub.add_parser("verify", help="check shards against the manifest, episodes and stats")
+    p.add_argument("dataset", type=Path)
 
     p = sub.add_parser("inspect", help="summarize a dataset")
     p.add_argument("dataset", type=Path)
@@ -83,6 +98,29 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def cmd_annotate(args) -> int:
+    resolved = _load(args.spec)
+    spec = resolved.spec
+    report = []
+    for demo in resolved.demos:
+        segments = []
+        for position, index in enumerate(demo.order):
+            start, end = demo.segment(position)
+            sub = spec.subtasks[index]
+            ends = sub.ends_when or ("end of demo" if position == len(demo.order) - 1 else "gripper event")
+            segments.append({"subtask": index, "object": sub.object, "ends_when": ends, "start": start, "end": end})
+        report.append({"demo": demo.demo.label, "length": demo.demo.length, "segments": segments})
+    if args.json:
+        print(json.dumps({"spec": str(args.spec), "demos": report}))
+        return 0
+    for entry in report:
+        print(f"{entry['demo']}  ({entry['length']} steps)")
+        for seg in entry["segments"]:
+            print(f"  subtask {seg['subtask']}  {seg['object']:<12} steps {seg['start']:>5} .. {seg['end']:<5}"
+                  f"  ends when {seg['ends_when']}")
+    return 0
+
+
 def cmd_run(args) -> int:
     from factory.report import format_summary, summarize
     from factory.run import run_dataset
@@ -93,10 +131,37 @@ def cmd_run(args) -> int:
     if args.seed is not None:
         overrides["seed"] = args.seed
     resolved = _load(args.spec, overrides, args.out)
+    if not resolved.demos:
+        raise SpecError(args.spec, "seed_demos", "at least one seed demo file is needed to generate")
     out_dir = args.out or resolved.spec.output_dir()
     workers = args.workers or max(1, os.cpu_count() or 1)
     run_dataset(resolved, out_dir, workers, args.address, show_progress=not args.no_progress)
     print(format_summary(summarize(out_dir)))
+    return 0
+
+
+def cmd_preview(args) -> int:
+    from factory.preview import preview
+
+    written = preview(args.dataset, args.out, episodes=args.episodes)
+    print(f"contact sheet: {written['contact_sheet']}")
+    for video in written["videos"]:
+        print(f"video: {video}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from shards.verify import verify_dataset
+
+    if not (args.dataset / "manifest.json").is_file():
+        raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
+    problems = verify_dataset(args.dataset)
+    if problems:
+        for line in problems:
+            print(f"{args.dataset}/{line}", file=sys.stderr)
+        print(f"error: {args.dataset}: {len(problems)} problem(s) found", file=sys.stderr)
+        return 2
+    print(f"ok: {args.dataset}: every shard, episode and statistic matches")
     return 0
 
 
@@ -108,7 +173,8 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-COMMANDS = {"validate": cmd_validate, "run": cmd_run, "inspect": cmd_inspect}
+COMMANDS = {"validate": cmd_validate, "annotate": cmd_annotate, "run": cmd_run, "preview": cmd_preview, "verify": cmd_verify,
+            "inspect": cmd_inspect}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,7 +54,7 @@ class ShardResult:
     episodes: tuple[EpisodeRecord, ...]
     wall_s: float
     steps_simulated: int = 0
-    subtask_reached: dict[int, int] = field(default_factory=dict)  # subtasks done -> attempts
+    subtasks: dict[str, dict[str, int]] = field(default_factory=dict)  # index -> reached, failed, retries
 
     def to_json(self) -> dict:
         return {
@@ -64,6 +64,7 @@ class ShardResult:
             "failures": self.failures,
             "wall_s": round(self.wall_s, 3),
             "steps_simulated": self.steps_simulated,
+            "subtasks": self.subtasks,
             "episodes": [e.to_json() for e in self.episodes],
         }
 
@@ -132,11 +133,12 @@ class ShardWorker:
     ) -> ShardResult:
         """Generate, render and write one shard; returns its summary."""
         start = time.perf_counter()
-        episodes, failures, reached, steps = [], Counter(), Counter(), 0
+        episodes, failures, steps = [], Counter(), 0
+        subtasks = {str(i): {"reached": 0, "failed": 0, "retries": 0} for i in range(len(self.spec.subtasks))}
         for attempt_id in task.attempt_ids:
             attempt = self.run_attempt(task, attempt_id)
             steps += attempt.length
-            reached[attempt.subtasks_done] += 1
+            _count_subtasks(subtasks, attempt)
             if attempt.success:
                 episodes.append(self.make_episode(attempt))
             else:
@@ -155,11 +157,20 @@ class ShardWorker:
             episodes=tuple(EpisodeRecord.from_episode(e) for e in episodes),
             wall_s=time.perf_counter() - start,
             steps_simulated=steps,
-            subtask_reached=dict(sorted(reached.items())),
+            subtasks=subtasks,
         )
 
     def close(self) -> None:
         self.renderer.close()
+
+
+def _count_subtasks(counts: dict[str, dict[str, int]], attempt: Attempt) -> None:
+    for index in attempt.reached:
+        counts[str(index)]["reached"] += 1
+    for index, n in enumerate(attempt.retries):
+        counts[str(index)]["retries"] += n
+    if attempt.failed_subtask is not None:
+        counts[str(attempt.failed_subtask)]["failed"] += 1
 
 
 def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResult:
@@ -173,5 +184,6 @@ def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResu
         episodes=tuple(EpisodeRecord.from_json(e) for e in entry["episodes"]),
         wall_s=float(entry["wall_s"]),
         steps_simulated=int(entry.get("steps_simulated", 0)),
+        subtasks={k: dict(v) for k, v in entry.get("subtasks", {}).items()},
     )
 

@@ -5,6 +5,7 @@
     on_top(cubeA, cubeB)      a rests on b: a is above b, they touch, a is not held
     near(a, b, 0.05)          the object centres are closer than 0.05 m
     contact(a, b)             any collision geom of a touches one of b
+    inside(a, b)              a's centre lies within the bounding box of b's geoms (a bin, a peg)
     success                   the robosuite env's own success check
 
 Parsing is pure; evaluation lives in `factory.sim`, which owns the simulator.
@@ -29,6 +30,7 @@ PREDICATE_KINDS: dict[str, PredicateKind] = {
     "on_top": PredicateKind(2, ()),
     "near": PredicateKind(2, (("distance", 0.05),)),
     "contact": PredicateKind(2, ()),
+    "inside": PredicateKind(2, ()),
     "success": PredicateKind(0, ()),
 }
 

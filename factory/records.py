@@ -44,8 +44,9 @@ class AnnotatedDemo:
     eef_poses: [T, 4, 4] end-effector (grip site) poses.
     object_poses: spec object name -> [T, 4, 4] body poses.
     gripper: [T] gripper command per step (the demo's last action dimension).
-    subtask_ends: per subtask, the first step at which its ending predicate holds
-        (the demo length for a subtask that ends with the demo).
+    subtask_ends: per subtask (spec index), the step at which it ends in this demo: one past
+        the first step at which its predicate holds, a gripper event, or the demo length.
+    order: subtask indices in the order this demo does them.
     """
 
     demo: SeedDemo
@@ -53,6 +54,12 @@ class AnnotatedDemo:
     object_poses: Mapping[str, np.ndarray]
     gripper: np.ndarray
     subtask_ends: tuple[int, ...]
+    order: tuple[int, ...] = ()
+
+    def segment(self, position: int) -> tuple[int, int]:
+        """[start, end) of the `position`-th subtask in this demo's order."""
+        start = 0 if position == 0 else self.subtask_ends[self.order[position - 1]]
+        return start, self.subtask_ends[self.order[position]]
 
 
 @dataclass(frozen=True)
@@ -72,8 +79,11 @@ class Attempt:
     states: np.ndarray
     actions: np.ndarray
     proprio: np.ndarray
-    subtasks_done: int  # subtasks fully executed before success was checked
+    subtasks_done: int  # subtasks completed (their check held) before the attempt ended
     provenance: Mapping[str, object] = field(default_factory=dict)
+    failed_subtask: int | None = None  # spec index of the subtask where it failed, if known
+    retries: tuple[int, ...] = ()  # per subtask (spec index): retries spent
+    reached: tuple[int, ...] = ()  # spec indices of the subtasks this attempt started, in order
 
     @property
     def length(self) -> int:

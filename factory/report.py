@@ -28,6 +28,7 @@ def summarize(dataset_dir: Path) -> dict:
         for kind, n in s["failures"].items():
             failures[kind] = failures.get(kind, 0) + n
     planned = info["spec"]["generation"]["attempts"]
+    subtasks = _subtask_table(info["spec"]["subtasks"], shards)
     return {
         "path": str(dataset_dir),
         "name": info["name"],
@@ -38,6 +39,8 @@ def summarize(dataset_dir: Path) -> dict:
         "successes": successes,
         "success_rate": round(successes / attempts, 4) if attempts else 0.0,
         "failures": dict(sorted(failures.items())),
+        "retries": sum(row["retries"] for row in subtasks),
+        "subtasks": subtasks,
         "episodes": manifest.total_episodes,
         "steps": manifest.total_samples,
         "shards": len(manifest.shards),
@@ -45,6 +48,20 @@ def summarize(dataset_dir: Path) -> dict:
         "cameras": [f"{c['name']} {c['width']}x{c['height']}" for c in info["cameras"]],
         "wall_s": generation.get("wall_s", 0.0),
     }
+
+
+def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
+    """Per subtask: attempts that reached it, attempts that failed in it, retries spent."""
+    rows = []
+    for i, sub in enumerate(specs):
+        counts = [s.get("subtasks", {}).get(str(i), {}) for s in shards]
+        rows.append({
+            "index": i,
+            "object": sub["object"],
+            "ends_when": sub["ends_when"] or ("gripper event" if i < len(specs) - 1 else "end of demo"),
+            **{key: sum(c.get(key, 0) for c in counts) for key in ("reached", "failed", "retries")},
+        })
+    return rows
 
 
 def format_summary(summary: dict) -> str:
@@ -55,12 +72,18 @@ def format_summary(summary: dict) -> str:
                      + ("" if summary["complete"] else "  (incomplete: run again to resume)")),
         ("successes", f"{summary['successes']}  ({summary['success_rate']:.1%})"),
         ("failures", ", ".join(f"{k}: {v}" for k, v in summary["failures"].items()) or "none"),
+        ("retries", str(summary["retries"])),
         ("episodes", str(summary["episodes"])),
         ("steps", str(summary["steps"])),
         ("shards", f"{summary['shards']}  ({_human_bytes(summary['bytes'])})"),
         ("cameras", ", ".join(summary["cameras"]) or "none (low-dimensional)"),
         ("wall time", f"{summary['wall_s']:.1f} s"),
     ]
+    for row in summary["subtasks"]:
+        rows.append((
+            f"subtask {row['index']}",
+            f"{row['ends_when']:<22} reached {row['reached']:>5}  failed {row['failed']:>5}  retries {row['retries']:>5}",
+        ))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

@@ -127,6 +127,32 @@ class DatasetRecorder:
             data["wall_s"] = round(data.get("wall_s", 0.0) + wall_s, 3)
         write_text_atomic(self.out_dir / GENERATION_FILENAME, dumps_json(data, indent=2))
 
+    def prefix_for(self, target: int | None, tasks: list[ShardTask]) -> list[ShardTask] | None:
+        """The shortest run of finished shards 0..j holding `target` successes, if there is one.
+
+        Deciding by shard index, not by finishing order, keeps a "generate until N" dataset
+        the same whatever the number of workers.
+        """
+        if target is None:
+            return None
+        total = 0
+        for j, task in enumerate(tasks):
+            if task.name not in self.results:
+                return None
+            total += self.results[task.name].successes
+            if total >= target:
+                return tasks[: j + 1]
+        return None
+
+    def keep_only(self, kept: list[ShardTask]) -> None:
+        """Drop finished shards past a "generate until N" prefix, from the records and the disk."""
+        names = {t.name for t in kept}
+        for name in [n for n in self.results if n not in names]:
+            del self.results[name]
+            (shards_dir(self.out_dir) / name).unlink(missing_ok=True)
+        self.manifest = Manifest(tuple(r.info for r in self.results.values()))
+        save_manifest(self.out_dir, self.manifest)
+
     def finish(self, wall_s: float) -> None:
         """Write episodes.jsonl and stats.json from every finished shard."""
         self._save_generation(wall_s)
@@ -158,12 +184,21 @@ def run_dataset(resolved: Resolved, out_dir: Path, workers: int, address: str | 
     _remove_stale_temporaries(out_dir)
     save_dataset_info(out_dir, dataset_info(spec, resolved.scene.state_size))
     recorder = DatasetRecorder(out_dir, done)
+    target = spec.generation.target_successes
     todo = [t for t in tasks if t.name not in done]
+    if recorder.prefix_for(target, tasks) is not None:
+        todo = []
     start = time.perf_counter()
     with AttemptProgress(total=spec.generation.attempts, enabled=show_progress) as progress:
         progress.advance_done(sum(r.attempts for r in done.values()), sum(r.successes for r in done.values()))
         config = ClusterConfig(workers=workers, address=address)
-        run_shards(spec, resolved.demos, todo, out_dir, config, on_result=recorder.record, on_attempt=progress.attempt)
+        run_shards(
+            spec, resolved.demos, todo, out_dir, config, on_result=recorder.record, on_attempt=progress.attempt,
+            should_stop=lambda: recorder.prefix_for(target, tasks) is not None,
+        )
+    kept = recorder.prefix_for(target, tasks)
+    if kept is not None:
+        recorder.keep_only(kept)
     recorder.finish(time.perf_counter() - start)
 
 

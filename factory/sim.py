@@ -63,6 +63,16 @@ def make_env(task: TaskSpec, model_seed: int = 0):
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """A restorable point of a rollout (see `Scene.snapshot`)."""
+
+    state: np.ndarray  # [N] flattened MuJoCo state
+    warmstart: np.ndarray  # [nv] constraint solver warm start
+    ctrl: np.ndarray  # [nu] actuator controls
+    gripper_action: np.ndarray  # robosuite's speed-limited gripper command
+
+
+@dataclass(frozen=True)
 class Placement:
     """Offsets applied to objects' start poses: name -> (dx, dy, dyaw), metres and radians."""
 
@@ -132,10 +142,10 @@ class Scene:
         self.data.qvel[:] = state[1 + self.model.nq : self.state_size]
         mujoco.mj_forward(self.model, self.data)
 
-    def reset_to(self, start_state: np.ndarray, placement: Placement) -> None:
-        """Reset the env, restore a demo's first state, then move objects by the placement."""
+    def reset_to(self, start_state: np.ndarray | None, placement: Placement) -> None:
+        """Reset the env, restore a demo's first state (if given), then move objects by the placement."""
         self.env.reset()
-        state = np.array(start_state, dtype=np.float64)
+        state = np.array(self.get_state() if start_state is None else start_state, dtype=np.float64)
         state[0] = 0.0
         state[1 + self.model.nq :] = 0.0  # start at rest
         self.set_state(state)
@@ -155,6 +165,22 @@ class Scene:
         quat = np.empty(4)
         mujoco.mju_mulQuat(quat, turn, self.data.qpos[adr + 3 : adr + 7].copy())
         self.data.qpos[adr + 3 : adr + 7] = quat
+
+    def snapshot(self) -> Snapshot:
+        """Everything a later step depends on: MuJoCo state, solver warm start, gripper command."""
+        return Snapshot(
+            state=self.get_state(),
+            warmstart=self.data.qacc_warmstart.copy(),
+            ctrl=self.data.ctrl.copy(),
+            gripper_action=np.array(self._gripper.current_action, copy=True),
+        )
+
+    def restore(self, snap: Snapshot) -> None:
+        """Return exactly to a snapshot, so that a retried subtask starts where the first try did."""
+        self.set_state(snap.state)
+        self.data.qacc_warmstart[:] = snap.warmstart
+        self.data.ctrl[:] = snap.ctrl
+        self._gripper.current_action = snap.gripper_action.copy()
 
     def mark_start(self) -> None:
         """Take the current object heights as the episode start (for `lifted`)."""
@@ -204,6 +230,9 @@ class Scene:
             obj = p.objects[0]
             return self.data.xpos[self.bodies[obj]][2] - self._start_z.get(obj, np.inf) >= p.params[0]
         a, b = (self.data.xpos[self.bodies[o]] for o in p.objects)
+        if p.name == "inside":
+            lo, hi = self._aabb(p.objects[1])
+            return bool(np.all(a >= lo) and np.all(a <= hi))
         if p.name == "near":
             return float(np.linalg.norm(a - b)) < p.params[0]
         if p.name == "on_top":
@@ -212,6 +241,20 @@ class Scene:
             touching = bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
             return bool(resting and touching and not held)
         raise ValueError(f"predicate {p.name!r} has no evaluation")
+
+    def _aabb(self, obj: str) -> tuple[np.ndarray, np.ndarray]:
+        """World-frame bounding box of an object's geoms (boxes exactly, others by bounding sphere)."""
+        ids = np.flatnonzero(self.model.geom_bodyid == self.bodies[obj])
+        lows, highs = [], []
+        for g in ids:
+            centre = self.data.geom_xpos[g]
+            if self.model.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX:
+                half = np.abs(self.data.geom_xmat[g].reshape(3, 3)) @ self.model.geom_size[g]
+            else:
+                half = np.full(3, self.model.geom_rbound[g])
+            lows.append(centre - half)
+            highs.append(centre + half)
+        return np.min(lows, axis=0), np.max(highs, axis=0)
 
     def _grasped(self, obj: str, margin: float = GRASP_MARGIN) -> bool:
         """Both finger pads within `margin` of the object (contact, or nearly).

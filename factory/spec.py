@@ -53,7 +53,9 @@ class TaskSpec(_Strict):
 
 class SubtaskSpec(_Strict):
     object: str  # reference object: the segment is re-targeted relative to its pose
-    ends_when: str | None = None  # predicate ending the subtask; None: the end of the demo (last only)
+    # Predicate ending the subtask. None: the next gripper open/close event in the demo,
+    # or the end of the demo for the last subtask.
+    ends_when: str | None = None
     end_offset: tuple[int, int] = (0, 0)  # extra steps after the predicate first holds, drawn in [lo, hi]
 
     @field_validator("ends_when")
@@ -92,12 +94,22 @@ class PlacementSpec(_Strict):
 
 
 class GenerationSpec(_Strict):
-    attempts: int = Field(100, ge=1)  # generation attempts; only successes are kept and rendered
+    attempts: int = Field(100, ge=1)  # most generation attempts; only successes are kept and rendered
+    target_successes: int | None = Field(None, ge=1)  # stop once this many episodes succeeded
     attempts_per_shard: int = Field(10, ge=1)  # the unit of distributed work and of resume
-    source_selection: Literal["random"] = "random"  # how a seed demo is picked per episode
+    # How a source demo is picked: at random; at random among the `nearest_k` demos whose
+    # reference object (at the segment start) is nearest the current one; or nearest eef pose.
+    source_selection: Literal["random", "nearest_object", "nearest_robot"] = "random"
+    nearest_k: int = Field(3, ge=1)
+    source_per: Literal["episode", "subtask"] = "episode"  # one source demo per episode, or per subtask
     action_noise: float = Field(0.05, ge=0.0, le=1.0)  # std of Gaussian noise on arm actions
-    interpolation_steps: int = Field(5, ge=0)  # steps bridging the current pose to a segment
+    noise_during_interpolation: bool = True  # noise on the bridging steps too
+    interpolation_steps: int = Field(5, ge=0)  # steps bridging to a segment's first target
     fixed_steps: int = Field(0, ge=0)  # steps holding the first target before a segment
+    # The first segment's bridge starts from the robot's current pose, or from the last
+    # target of the previous segment (MimicGen's default for later segments).
+    start_from: Literal["current_pose", "last_target"] = "current_pose"
+    subtask_retries: int = Field(0, ge=0)  # per subtask: restore its start state and try again
     success_hold_steps: int = Field(1, ge=1)  # success must hold on this many final steps
 
 
@@ -121,7 +133,7 @@ class SceneSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # dataset name
     seed: int = Field(0, ge=0)  # every random draw derives from it and the unit of work
     task: TaskSpec
-    seed_demos: list[str] = Field(min_length=1)  # hdf5 files, relative to this spec file
+    seed_demos: list[str] = []  # hdf5 files, relative to this spec file; needed to generate
     objects: dict[str, str] = Field(min_length=1)  # spec name -> MuJoCo body name
     subtasks: list[SubtaskSpec] = Field(min_length=1)
     placement: PlacementSpec = PlacementSpec()
@@ -139,8 +151,6 @@ class SceneSpec(_Strict):
         for i, sub in enumerate(self.subtasks):
             if sub.object not in self.objects:
                 raise _FieldError(f"subtasks[{i}].object", f"unknown object {sub.object!r} (expected one of: {names})")
-            if sub.ends_when is None and i != len(self.subtasks) - 1:
-                raise _FieldError(f"subtasks[{i}].ends_when", "only the last subtask may omit its ending predicate")
             if sub.ends_when is not None:
                 for obj in parse_predicate(sub.ends_when).objects:
                     if obj not in self.objects:
@@ -172,7 +182,7 @@ class SceneSpec(_Strict):
         `generation.attempts` is left out: it says how far to extend the dataset,
         and re-running with more attempts must resume it, not refuse it.
         """
-        data = self.model_dump(mode="json", exclude={"output": True, "generation": {"attempts"}})
+        data = self.model_dump(mode="json", exclude={"output": True, "generation": {"attempts", "target_successes"}})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

@@ -1,10 +1,13 @@
 """MimicGen-style trajectory generation, written from the paper (Mandlekar et al., CoRL 2023).
 
-One attempt, per subtask of the spec:
-    pick a source demo (per episode) ──► its segment for this subtask
+One attempt, for each subtask in the order the chosen source demo did them:
+    pick a source demo (per episode or per subtask: random, or among the k nearest)
+    ──► its segment for this subtask (end offset drawn from the spec's range)
     ──► transform each eef target by  T_obj_now · inv(T_obj_src) · T_eef_src
-    ──► bridge from the current eef pose (interpolation + hold steps)
+    ──► bridge from the current pose (or the last target) by interpolation + hold steps
     ──► execute as delta OSC actions (+ Gaussian noise), replaying the source's gripper commands
+    ──► check the subtask's predicate; with retries on, a failed subtask is restored to the
+        state saved at its start and tried again with another segment, offset and noise
 then keep the attempt only if the task's success check holds over its final steps.
 
 Physics only: nothing here renders. Every random draw comes from the attempt's seed.
@@ -19,10 +22,11 @@ import numpy as np
 
 from factory.records import AnnotatedDemo, Attempt
 from factory.sim import Placement, Scene
-from factory.spec import PlacementSpec, SceneSpec
+from factory.spec import GenerationSpec, PlacementSpec, SceneSpec
 from generators.poses import (
     add_action_noise,
     interpolate_poses,
+    mat_to_axis_angle,
     pose_to_delta_action,
     transform_segment,
 )
@@ -47,13 +51,13 @@ def sample_placement(
     spec: PlacementSpec, start_xy: dict[str, np.ndarray], rng: np.random.Generator, max_tries: int = 200
 ) -> Placement:
     """Draw offsets for the spec's objects; reject draws that put objects too close."""
-    names = list(spec.objects)
     for _ in range(max_tries):
         offsets = {
             name: (rng.uniform(*r.x), rng.uniform(*r.y), rng.uniform(*r.yaw)) for name, r in spec.objects.items()
         }
         if spec.min_separation <= 0 or _separated(offsets, start_xy, spec.min_separation):
             return Placement(offsets)
+    names = list(spec.objects)
     raise RuntimeError(f"no placement of {names} with min_separation={spec.min_separation} in {max_tries} draws")
 
 
@@ -61,16 +65,46 @@ def _separated(offsets, start_xy: dict[str, np.ndarray], min_sep: float) -> bool
     xy = {name: start_xy[name] + np.array(off[:2]) for name, off in offsets.items()}
     xy.update({name: pos for name, pos in start_xy.items() if name not in xy})
     names = list(xy)
-    return all(
-        np.linalg.norm(xy[a] - xy[b]) >= min_sep for i, a in enumerate(names) for b in names[i + 1 :]
-    )
+    return all(np.linalg.norm(xy[a] - xy[b]) >= min_sep for i, a in enumerate(names) for b in names[i + 1 :])
+
+
+def pose_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Position distance (m) plus rotation angle (rad) between two 4x4 poses, weighted 1:1."""
+    angle = np.linalg.norm(mat_to_axis_angle(a[:3, :3].T @ b[:3, :3]))
+    return float(np.linalg.norm(a[:3, 3] - b[:3, 3]) + angle)
+
+
+def select_source(
+    candidates: Sequence[AnnotatedDemo], position: int, scene: Scene, spec: SceneSpec, rng: np.random.Generator
+) -> AnnotatedDemo:
+    """Pick the source demo for the `position`-th subtask, per `generation.source_selection`."""
+    gen = spec.generation
+    if gen.source_selection == "random" or len(candidates) == 1:
+        return candidates[int(rng.integers(len(candidates)))]
+    distances = []
+    for demo in candidates:
+        start, _ = demo.segment(position)
+        if gen.source_selection == "nearest_object":
+            obj = spec.subtasks[demo.order[position]].object
+            distances.append(pose_distance(demo.object_poses[obj][start], scene.object_pose(obj)))
+        else:
+            distances.append(pose_distance(demo.eef_poses[start], scene.eef_pose()))
+    nearest = np.argsort(distances, kind="stable")[: gen.nearest_k]
+    return candidates[int(nearest[rng.integers(len(nearest))])]
 
 
 class _Recorder:
-    """Collects the state, proprio and action of every executed step."""
+    """The executed branch: state, proprio and action of every step, and success per step."""
 
     def __init__(self):
         self.states, self.proprio, self.actions, self.success = [], [], [], []
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def truncate(self, length: int) -> None:
+        for column in (self.states, self.proprio, self.actions, self.success):
+            del column[length:]
 
     def arrays(self, state_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not self.actions:
@@ -78,81 +112,147 @@ class _Recorder:
         return np.stack(self.states), np.stack(self.proprio), np.stack(self.actions).astype(np.float32)
 
 
+@dataclass
+class _Outcome:
+    done: int = 0
+    reason: str = ""
+    failed_subtask: int | None = None
+
+
 def generate_attempt(scene: Scene, demos: Sequence[AnnotatedDemo], plan: AttemptPlan) -> Attempt:
     """Run one attempt in `scene`; a simulator error is a failed attempt, not a crash."""
     spec = scene.spec
     rng = np.random.default_rng(plan.seed)
-    start_state = demos[0].demo.states[0]
     start_xy = {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}
     placement = sample_placement(spec.placement, start_xy, rng)
-    source = demos[int(rng.integers(len(demos)))]
-    provenance = {"source_demo": source.demo.label, "placement": placement.to_json()}
-    rec = _Recorder()
-    done, reason = 0, ""
+    rec, outcome = _Recorder(), _Outcome()
+    retries = [0] * len(spec.subtasks)
+    provenance: dict = {"placement": placement.to_json(), "sources": []}
     try:
-        scene.reset_to(start_state, placement)
-        done, reason = _run_subtasks(scene, spec, source, rng, rec)
+        scene.reset_to(demos[0].demo.states[0], placement)
+        outcome = _Rollout(scene, demos, rng, rec, retries, provenance).run()
     except Exception as err:  # MuJoCo instabilities and controller errors end this attempt only
-        reason = f"simulator error: {type(err).__name__}: {err}"
-    success = reason == "" and _held_at_end(rec.success, spec.generation.success_hold_steps)
-    if reason == "" and not success:
-        reason = "task not done at the end"
+        outcome.reason = f"simulator error: {type(err).__name__}: {err}"
+    success = outcome.reason == "" and _held_at_end(rec.success, spec.generation.success_hold_steps)
+    if outcome.reason == "" and not success:
+        outcome.reason = "task not done at the end"
+        if outcome.failed_subtask is None:
+            outcome.failed_subtask = provenance["order"][-1] if provenance.get("order") else None
     states, proprio, actions = rec.arrays(scene.state_size)
     return Attempt(
-        attempt_id=plan.attempt_id, shard=plan.shard, seed=plan.seed, success=success, reason=reason,
-        states=states, actions=actions, proprio=proprio, subtasks_done=done, provenance=provenance,
+        attempt_id=plan.attempt_id, shard=plan.shard, seed=plan.seed, success=success, reason=outcome.reason,
+        states=states, actions=actions, proprio=proprio, subtasks_done=outcome.done, provenance=provenance,
+        failed_subtask=None if success else outcome.failed_subtask, retries=tuple(retries),
+        reached=tuple(provenance.get("reached", ())),
     )
 
 
-def _run_subtasks(scene: Scene, spec: SceneSpec, source: AnnotatedDemo, rng, rec: _Recorder) -> tuple[int, str]:
-    """Execute every subtask; returns (subtasks done, failure reason or "")."""
-    gen = spec.generation
-    plans = _segment_bounds(spec, source, rng)
-    total = sum(end - start + gen.interpolation_steps + gen.fixed_steps for start, end in plans)
-    if total > spec.task.horizon:
-        return 0, f"horizon: {total} steps planned, task.horizon is {spec.task.horizon}"
-    check_from = total - gen.success_hold_steps
-    for i, ((start, end), sub) in enumerate(zip(plans, spec.subtasks, strict=True)):
-        src_obj = source.object_poses[sub.object][start]
-        targets = transform_segment(source.eef_poses[start:end], src_obj, scene.object_pose(sub.object))
-        bridge = interpolate_poses(scene.eef_pose(), targets[0], gen.interpolation_steps)
-        hold = np.repeat(targets[:1], gen.fixed_steps, axis=0)
-        poses = np.concatenate([bridge, hold, targets])
-        grip = source.gripper[start:end]
-        grips = np.concatenate([np.full(len(bridge) + len(hold), grip[0]), grip])
-        _execute(scene, poses, grips, gen.action_noise, rng, rec, check_from)
-        if not np.isfinite(scene.get_state()).all():
-            return i, f"simulator unstable in subtask {i}"
-    return len(plans), ""
+class _Rollout:
+    """The subtask loop of one attempt (state shared by its small steps)."""
 
+    def __init__(self, scene: Scene, demos, rng, rec: _Recorder, retries: list[int], provenance: dict):
+        self.scene, self.spec, self.rng, self.rec = scene, scene.spec, rng, rec
+        self.gen: GenerationSpec = scene.spec.generation
+        self.retries, self.provenance = retries, provenance
+        first = select_source(demos, 0, scene, self.spec, rng)
+        # Later picks follow the first source's subtask order: only demos with that order qualify.
+        self.candidates = [d for d in demos if d.order == first.order]
+        self.first, self.order = first, first.order
+        self.last_target: np.ndarray | None = None
+        provenance["order"] = list(first.order)
+        provenance["reached"] = []
 
-def _segment_bounds(spec: SceneSpec, source: AnnotatedDemo, rng) -> list[tuple[int, int]]:
-    """[start, end) of each subtask's segment in the source, with the spec's end offsets."""
-    bounds, start = [], 0
-    for sub, end in zip(spec.subtasks, source.subtask_ends, strict=True):
-        lo, hi = sub.end_offset
-        end = min(end + int(rng.integers(lo, hi + 1)), source.demo.length)
+    def run(self) -> _Outcome:
+        outcome = _Outcome()
+        for position, index in enumerate(self.order):
+            self.provenance["reached"].append(index)
+            ok, reason = self._subtask(position, index)
+            if reason:
+                return _Outcome(outcome.done, reason, index)
+            if ok:
+                outcome.done += 1
+            elif outcome.failed_subtask is None:
+                outcome.failed_subtask = index  # no retries: go on, as MimicGen does, and record it
+        return outcome
+
+    def _subtask(self, position: int, index: int) -> tuple[bool, str]:
+        """Execute one subtask, with retries; returns (its check held, a reason to stop)."""
+        snap, mark = (self.scene.snapshot(), len(self.rec)) if self.gen.subtask_retries else (None, 0)
+        last = position == len(self.order) - 1
+        for attempt in range(self.gen.subtask_retries + 1):
+            source = self._source(position, retry=attempt > 0)
+            reason = self._execute_segment(source, position, index, last)
+            if reason:
+                return False, reason
+            if self._check(index, last):
+                return True, ""
+            if attempt < self.gen.subtask_retries:
+                self.retries[index] += 1
+                self.scene.restore(snap)
+                self.rec.truncate(mark)
+        if self.gen.subtask_retries:
+            sub = self.spec.subtasks[index]
+            what = sub.ends_when or "success"
+            return False, f"subtask {index} failed: {what} did not hold after {self.gen.subtask_retries + 1} tries"
+        return False, ""
+
+    def _source(self, position: int, retry: bool) -> AnnotatedDemo:
+        if position == 0 and not retry:
+            source = self.first
+        elif self.gen.source_per == "episode" and not retry:
+            source = self.first
+        else:
+            source = select_source(self.candidates, position, self.scene, self.spec, self.rng)
+        self.provenance["sources"].append(source.demo.label)
+        return source
+
+    def _execute_segment(self, source: AnnotatedDemo, position: int, index: int, last: bool) -> str:
+        start, end = source.segment(position)
+        if last:
+            end = source.demo.length  # the last subtask runs to the end of the demo
+        else:
+            lo, hi = self.spec.subtasks[index].end_offset
+            end = min(end + int(self.rng.integers(lo, hi + 1)), source.demo.length)
         end = max(end, start + 1)
-        bounds.append((start, end))
-        start = end
-    last_start = bounds[-1][0]
-    bounds[-1] = (last_start, source.demo.length)  # the last subtask runs to the end of the demo
-    return bounds
+        gen = self.gen
+        steps = end - start + gen.interpolation_steps + gen.fixed_steps
+        if len(self.rec) + steps > self.spec.task.horizon:
+            return f"horizon: {len(self.rec) + steps} steps needed, task.horizon is {self.spec.task.horizon}"
+        obj = self.spec.subtasks[index].object
+        targets = transform_segment(source.eef_poses[start:end], source.object_poses[obj][start], self.scene.object_pose(obj))
+        origin = self.last_target if gen.start_from == "last_target" and self.last_target is not None else self.scene.eef_pose()
+        bridge = np.concatenate([
+            interpolate_poses(origin, targets[0], gen.interpolation_steps),
+            np.repeat(targets[:1], gen.fixed_steps, axis=0),
+        ])
+        grip = source.gripper[start:end]
+        noise = gen.action_noise if gen.noise_during_interpolation else 0.0
+        self._drive(bridge, np.full(len(bridge), grip[0]), noise, last)
+        self._drive(targets, grip, gen.action_noise, last)
+        self.last_target = targets[-1]
+        if not np.isfinite(self.scene.get_state()).all():
+            return f"simulator unstable in subtask {index}"
+        return ""
 
+    def _drive(self, poses: np.ndarray, grips: np.ndarray, noise: float, last: bool) -> None:
+        """Closed-loop delta actions toward each pose; success is recorded on the last subtask."""
+        scene, rec = self.scene, self.rec
+        max_dpos, max_drot, frame = scene.controller_limits()
+        for pose, grip in zip(poses, grips, strict=True):
+            action = np.concatenate([pose_to_delta_action(pose, scene.eef_pose(), max_dpos, max_drot, frame), [grip]])
+            if noise > 0:
+                action = add_action_noise(action[None], noise, self.rng)[0]
+            rec.states.append(scene.get_state())
+            rec.proprio.append(scene.proprio())
+            rec.actions.append(action)
+            scene.step(action)
+            rec.success.append(last and scene.success())
 
-def _execute(scene: Scene, poses, grips, noise: float, rng, rec: _Recorder, check_from: int) -> None:
-    """Drive the eef through `poses` with closed-loop delta actions."""
-    max_dpos, max_drot, frame = scene.controller_limits()
-    for pose, grip in zip(poses, grips, strict=True):
-        arm = pose_to_delta_action(pose, scene.eef_pose(), max_dpos, max_drot, frame)
-        action = np.concatenate([arm, [grip]])[None]
-        if noise > 0:
-            action = add_action_noise(action, noise, rng)
-        rec.states.append(scene.get_state())
-        rec.proprio.append(scene.proprio())
-        rec.actions.append(action[0])
-        scene.step(action[0])
-        rec.success.append(len(rec.actions) > check_from and scene.success())
+    def _check(self, index: int, last: bool) -> bool:
+        if last:
+            return _held_at_end(self.rec.success, self.gen.success_hold_steps)
+        predicate = self.spec.subtasks[index].ends_when
+        return predicate is None or self.scene.holds(predicate)
 
 
 def _held_at_end(success: list[bool], steps: int) -> bool:

@@ -7,6 +7,7 @@ each shard completes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ class Manifest:
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.shards, key=lambda info: info.name))
         names = [info.name for info in ordered]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
+        duplicates = sorted(name for name, n in Counter(names).items() if n > 1)
         if duplicates:
             raise ValueError(f"Manifest lists shards more than once: {duplicates}")
         # Sorted on construction so that equal sets of shards compare equal.

@@ -77,7 +77,7 @@ def test_unknown_key_lists_valid_keys(tmp_path):
     write_spec(tmp_path, "lift", mutate=lambda raw: raw["generation"].update(atempts=3))
     line = assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "generation.atempts")
     assert "unknown key" in line
-    assert "attempts, attempts_per_shard" in line
+    assert "attempts, target_successes, attempts_per_shard" in line
 
 
 def test_missing_seed_file(tmp_path):

@@ -1,0 +1,64 @@
+"""Physics-only generation throughput against robosuite's own env.step loop, in one run.
+
+    .venv/bin/python benchmarks/bench_generate.py [--spec scene_specs/stack.yaml] [--attempts 6]
+
+Prints one JSON object: attempts, success rate, seconds per attempt, generated
+control steps per second, and the same number of bare `env.step` calls per
+second on the same env (the reference). `ratio` = generator / bare steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from factory.resolve import resolve_spec
+from factory.spec import load_spec
+from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spec", default="scene_specs/stack.yaml")
+    parser.add_argument("--attempts", type=int, default=6)
+    args = parser.parse_args()
+    spec = load_spec(args.spec)
+    resolved = resolve_spec(spec)
+    scene, demos = resolved.scene, resolved.demos
+
+    start = time.perf_counter()
+    attempts = [
+        generate_attempt(scene, demos, AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i))) for i in range(args.attempts)
+    ]
+    gen_s = time.perf_counter() - start
+    steps = sum(a.length for a in attempts)
+
+    scene.reset_to(demos[0].demo.states[0], _no_offsets())
+    start = time.perf_counter()
+    for _ in range(steps):
+        scene.step(np.zeros(7))
+    bare_s = time.perf_counter() - start
+
+    print(json.dumps({
+        "benchmark": "generate",
+        "spec": args.spec,
+        "attempts": args.attempts,
+        "success_rate": sum(a.success for a in attempts) / args.attempts,
+        "s_per_attempt": round(gen_s / args.attempts, 3),
+        "generator_steps_per_s": round(steps / gen_s, 1),
+        "bare_env_steps_per_s": round(steps / bare_s, 1),
+        "ratio": round((steps / gen_s) / (steps / bare_s), 3),
+    }))
+
+
+def _no_offsets():
+    from factory.sim import Placement
+
+    return Placement({})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,686 @@
+"""Streaming loader for training: shards -> one sample a time step, with its action chunk, as tensors.
+
+    source: a dataset directory | shard paths or URLs | a brace pattern      resolve_shards
+      -> ShardTask(url, part, parts): this rank/worker's shards             split_shards | resample_shards
+      -> Member(task, name, data): the wanted tar members, in tar order     read_members
+      -> RawSample(task, key, members): one time step                       group_samples
+      -> RawEpisode(task, ordinal, samples): one whole episode, checked     group_episodes
+      -> RawEpisode: only this split's part of each shard                   select_episodes
+      -> EpisodeArrays: actions [T, A], states [T, S] normalized, JPEGs     decode_episodes
+      -> StepSample: action_chunk [H, A], action_mask [H], one per step     episode_steps
+      -> StepSample, shuffled in a buffer                                   shuffle
+      -> StepSample, this worker's share of epoch_length (resampled only)   take
+      -> dict of tensors, ready for DataLoader's default collation          to_torch
+
+Each stage is a function from an iterator to an iterator (the webdataset
+style). Action chunks need the rest of the episode; episodes are whole and in
+order inside a shard, so one episode a shard is held in memory at a time (as
+JPEG bytes; frames are decoded only in the last stage).
+
+Splitting (finite mode). Rank and world size come from torch.distributed when
+it is initialized, else from the RANK/WORLD_SIZE environment variables (which
+torchrun sets and DataLoader workers inherit); the worker from
+`torch.utils.data.get_worker_info`. Split ``rank * num_workers + worker`` of
+``world_size * num_workers`` then reads:
+
+- shards >= splits: every splits-th shard, starting at its own index. Each step
+  is read exactly once. Splits can differ by up to a shard's worth of steps;
+  DDP, which needs equal batch counts per rank, should use resampled mode.
+- shards < splits: shard ``split % shards``, keeping only the episodes whose
+  position in the shard, modulo the number of splits reading that shard, is the
+  split's turn. Each step is still yielded exactly once; a shard is read (not
+  decoded) several times, and a split may get no episodes at all.
+
+Resampled mode: each split draws shards with replacement from its own seeded
+RNG and reads each draw whole, forever; with `epoch_length`, one rank's
+DataLoader yields exactly `epoch_length` samples an iteration, spread over its
+workers. Shards that turn out to hold no samples are dropped from the draw.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import tarfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import torch
+from braceexpand import braceexpand
+from PIL import Image
+from webdataset.gopen import gopen
+
+from shards.format import (
+    ACTION_KEY,
+    META_KEY,
+    SHARDS_DIRNAME,
+    STATE_KEY,
+    STATS_FILENAME,
+    DatasetError,
+    shards_dir,
+)
+from shards.manifest import load_manifest
+from shards.metadata import load_dataset_info
+from shards.stats import DatasetStats, load_stats
+
+NORMALIZATIONS = ("none", "mean_std", "quantile")
+IMAGE_DTYPES = ("uint8", "float32")
+STD_FLOOR = 1e-6  # also floors q99 - q01: a constant dimension must not divide by zero
+
+_ACTION_MEMBER = f"{ACTION_KEY}.npy"
+_STATE_MEMBER = f"{STATE_KEY}.npy"
+_META_MEMBER = f"{META_KEY}.json"
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """How `ShardDataset` turns shards into training samples; checked on construction."""
+
+    cameras: tuple[str, ...] | None  # cameras to decode, in this order; None: every .jpg member
+    action_horizon: int = 16  # H: actions t..t+H-1 per sample, >= 1
+    normalization: str = "mean_std"  # one of NORMALIZATIONS, applied to state and actions
+    shuffle_buffer: int = 0  # samples held for shuffling; 0 or 1: stream order, shards in order
+    seed: int = 0  # with the epoch, rank and worker: every random draw
+    resampled: bool = False  # draw shards with replacement, forever (or epoch_length)
+    epoch_length: int | None = None  # resampled only: samples a rank yields per iteration
+    image_dtype: str = "uint8"  # "uint8" [3, H, W] 0..255, or "float32" [3, H, W] in [0, 1]
+
+    def __post_init__(self) -> None:
+        if self.action_horizon < 1:
+            raise ValueError(f"action_horizon must be >= 1, got {self.action_horizon}")
+        for name, value, valid in (
+            ("normalization", self.normalization, NORMALIZATIONS),
+            ("image_dtype", self.image_dtype, IMAGE_DTYPES),
+        ):
+            if value not in valid:
+                raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+        if self.shuffle_buffer < 0:
+            raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
+        if self.epoch_length is not None and not self.resampled:
+            raise ValueError("epoch_length needs resampled=True (a finite epoch is one pass over the shards)")
+        if self.epoch_length is not None and self.epoch_length < 1:
+            raise ValueError(f"epoch_length must be >= 1, got {self.epoch_length}")
+
+
+@dataclass(frozen=True, eq=False)
+class Normalizer:
+    """Maps state and actions to normalized values and back, from stats.json.
+
+    mean_std: ``(x - mean) / max(std, 1e-6)``.
+    quantile: ``2 * (x - q01) / max(q99 - q01, 1e-6) - 1``, clipped to [-1, 1].
+    none:     the identity.
+    Inputs are [..., D] arrays; outputs float32 of the same shape.
+    """
+
+    mode: str
+    stats: DatasetStats | None
+
+    def __post_init__(self) -> None:
+        if self.mode not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {self.mode!r}")
+        if self.mode != "none" and self.stats is None:
+            raise ValueError(f"normalization={self.mode!r} needs stats.json; pass stats=DATASET_DIR "
+                             "or normalization='none'")
+
+    def normalize(self, key: str, x: np.ndarray) -> np.ndarray:
+        """`x` [..., D] of `key` ("action", "state") -> float32 [..., D]."""
+        if self.mode == "none":
+            return np.asarray(x, dtype=np.float32)
+        s = self._arrays(key, x)
+        x = np.asarray(x, dtype=np.float64)
+        if self.mode == "mean_std":
+            y = (x - s["mean"]) / np.maximum(s["std"], STD_FLOOR)
+        else:
+            y = np.clip(2.0 * (x - s["q01"]) / np.maximum(s["q99"] - s["q01"], STD_FLOOR) - 1.0, -1.0, 1.0)
+        return y.astype(np.float32)
+
+    def unnormalize(self, key: str, y: np.ndarray) -> np.ndarray:
+        """The inverse of `normalize` (for quantile: of the unclipped part) -> float32 [..., D]."""
+        if self.mode == "none":
+            return np.asarray(y, dtype=np.float32)
+        s = self._arrays(key, y)
+        y = np.asarray(y, dtype=np.float64)
+        if self.mode == "mean_std":
+            x = y * np.maximum(s["std"], STD_FLOOR) + s["mean"]
+        else:
+            x = (y + 1.0) / 2.0 * np.maximum(s["q99"] - s["q01"], STD_FLOOR) + s["q01"]
+        return x.astype(np.float32)
+
+    def _arrays(self, key: str, x: np.ndarray) -> dict[str, np.ndarray]:
+        if key not in self.stats.keys:
+            raise DatasetError(f"{STATS_FILENAME} has no statistics for {key!r}; it has {sorted(self.stats.keys)}")
+        entry = self.stats.keys[key]
+        arrays = {name: np.asarray(getattr(entry, name), dtype=np.float64)
+                  for name in ("mean", "std", "q01", "q99")}
+        if np.shape(x)[-1:] != arrays["mean"].shape:
+            raise DatasetError(f"{STATS_FILENAME}: {key!r} has {arrays['mean'].shape[0]} dimensions, "
+                               f"the data has shape {np.shape(x)}")
+        return arrays
+
+
+# ---------------------------------------------------------------- records between stages
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard for one split to read: keep episodes whose position % parts == part.
+
+    ordinal numbers the tasks of one stream, so two draws of the same shard differ.
+    """
+
+    url: str
+    part: int = 0
+    parts: int = 1
+    ordinal: int = 0
+
+
+@dataclass(frozen=True)
+class Member:
+    task: ShardTask
+    name: str  # "<key>.<suffix>", e.g. "e00000042_t0007.agentview.jpg"
+    data: bytes
+
+
+@dataclass(frozen=True)
+class RawSample:
+    task: ShardTask
+    key: str
+    members: Mapping[str, bytes]  # suffix ("action.npy", "agentview.jpg", ...) -> bytes
+
+
+@dataclass(frozen=True)
+class RawEpisode:
+    task: ShardTask
+    ordinal: int  # position of the episode in its shard, from 0
+    index: int  # global episode index
+    instruction: str
+    samples: tuple[RawSample, ...]  # steps 0..T-1
+
+
+@dataclass(frozen=True)
+class EpisodeArrays:
+    """actions [T, A] and states [T, S] float32 (normalized); frames: camera -> T JPEGs."""
+
+    index: int
+    instruction: str
+    actions: np.ndarray
+    states: np.ndarray
+    frames: Mapping[str, tuple[bytes, ...]]
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One training sample before decoding: action_chunk [H, A] float32, action_mask [H] bool."""
+
+    episode: int
+    step: int
+    instruction: str
+    state: np.ndarray
+    action_chunk: np.ndarray
+    action_mask: np.ndarray
+    frames: Mapping[str, bytes]
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which part of the data this process reads: worker `worker` of rank `rank`."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    num_workers: int = 1
+
+    @property
+    def index(self) -> int:
+        return self.rank * self.num_workers + self.worker
+
+    @property
+    def count(self) -> int:
+        return self.world_size * self.num_workers
+
+
+def current_split() -> Split:
+    """This process's rank/world size (torch.distributed, else RANK/WORLD_SIZE) and DataLoader worker."""
+    rank, world_size = 0, 1
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (RANK/WORLD_SIZE)")
+    info = torch.utils.data.get_worker_info()
+    worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    return Split(rank, world_size, worker, num_workers)
+
+
+# ---------------------------------------------------------------- stages
+
+
+def split_shards(urls: Sequence[str], split: Split) -> Iterator[ShardTask]:
+    """Shard URLs -> the tasks of `split`: whole shards, or one part of one shard (see the module doc)."""
+    n, count, index = len(urls), split.count, split.index
+    if n >= count:
+        for ordinal, url in enumerate(urls[index::count]):
+            yield ShardTask(url, ordinal=ordinal)
+    elif n > 0:
+        shard = index % n
+        readers = (count - shard + n - 1) // n  # splits s < count with s % n == shard
+        yield ShardTask(urls[shard], part=index // n, parts=readers)
+
+
+def resample_shards(urls: Sequence[str], rng: np.random.Generator, empty: set[str]) -> Iterator[ShardTask]:
+    """Shard URLs -> an endless stream of tasks drawn with replacement, skipping URLs in `empty`.
+
+    `empty` is filled by `read_members` as shards turn out to hold nothing.
+    """
+    for ordinal in itertools.count():
+        candidates = [url for url in urls if url not in empty]
+        if not candidates:
+            raise DatasetError(f"resampled loader: none of the {len(urls)} shards holds a sample")
+        yield ShardTask(candidates[int(rng.integers(len(candidates)))], ordinal=ordinal)
+
+
+def read_members(
+    tasks: Iterable[ShardTask],
+    wanted: Callable[[str], bool],
+    on_empty: Callable[[str], Any] = lambda url: None,
+    expected: Mapping[str, int] | None = None,
+) -> Iterator[Member]:
+    """Tasks -> their shards' members whose suffix `wanted` accepts, in tar order.
+
+    URLs are opened with webdataset's `gopen` (paths, file:, pipe:, http(s):).
+    `expected` maps a URL to its sample count in the manifest: Python's tarfile
+    ends a tar quietly at a corrupt header, so a shard that ends early is caught
+    by its count instead.
+    """
+    for task in tasks:
+        samples, last_key = 0, None
+        try:
+            with gopen(task.url) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+                for info in tar:
+                    key, _, suffix = info.name.partition(".")
+                    samples, last_key = samples + (key != last_key), key
+                    if info.isfile() and wanted(suffix):
+                        yield Member(task, info.name, tar.extractfile(info).read())
+        except tarfile.TarError as exc:
+            raise DatasetError(f"{task.url}: not a readable tar file: {exc}") from exc
+        if samples == 0:
+            on_empty(task.url)
+        if expected is not None and task.url in expected and samples != expected[task.url]:
+            raise DatasetError(f"{task.url}: holds {samples} samples, manifest.json lists "
+                               f"{expected[task.url]}; the shard is truncated or corrupt (run shards.verify)")
+
+
+def group_samples(members: Iterable[Member]) -> Iterator[RawSample]:
+    """Members -> samples: adjacent members with the same key (up to the first dot) of the same task."""
+    for (task, key), group in itertools.groupby(members, key=lambda m: (m.task, m.name.partition(".")[0])):
+        parts: dict[str, bytes] = {}
+        for member in group:
+            suffix = member.name.partition(".")[2]
+            if suffix in parts:
+                raise DatasetError(f"{task.url}: member {member.name} appears twice")
+            parts[suffix] = member.data
+        yield RawSample(task, key, parts)
+
+
+def group_episodes(samples: Iterable[RawSample]) -> Iterator[RawEpisode]:
+    """Samples -> whole episodes; steps must run 0..length-1 in order, inside one shard."""
+    steps: list[RawSample] = []
+    first: dict[str, Any] = {}
+    task, ordinal = None, 0
+    for sample in samples:
+        if sample.task != task:
+            if steps:
+                raise _incomplete(steps[-1], first, len(steps))
+            task, ordinal = sample.task, 0
+        meta = _read_meta(sample)
+        if not steps:
+            first = meta
+        if meta["step"] != len(steps) or meta["episode"] != first["episode"]:
+            raise DatasetError(
+                f"{sample.task.url}: sample {sample.key} follows step {len(steps) - 1} of episode "
+                f"{first['episode']}; episodes must be whole and in order (run shards.verify)"
+            )
+        steps.append(sample)
+        if len(steps) == first["length"]:
+            yield RawEpisode(sample.task, ordinal, first["episode"], first["instruction"], tuple(steps))
+            steps, ordinal = [], ordinal + 1
+    if steps:
+        raise _incomplete(steps[-1], first, len(steps))
+
+
+def select_episodes(episodes: Iterable[RawEpisode]) -> Iterator[RawEpisode]:
+    """Episodes -> those of the task's part (all of them when the task reads a whole shard)."""
+    return (ep for ep in episodes if ep.ordinal % ep.task.parts == ep.task.part)
+
+
+def decode_episodes(
+    episodes: Iterable[RawEpisode], cameras: Sequence[str] | None, normalizer: Normalizer
+) -> Iterator[EpisodeArrays]:
+    """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames per camera."""
+    for ep in episodes:
+        names = cameras if cameras is not None else _jpeg_cameras(ep.samples[0])
+        actions = np.stack([_npy(s, _ACTION_MEMBER) for s in ep.samples])
+        states = np.stack([_npy(s, _STATE_MEMBER) for s in ep.samples])
+        yield EpisodeArrays(
+            index=ep.index,
+            instruction=ep.instruction,
+            actions=normalizer.normalize(ACTION_KEY, actions),
+            states=normalizer.normalize(STATE_KEY, states),
+            frames={c: tuple(_member(s, f"{c}.jpg") for s in ep.samples) for c in names},
+        )
+
+
+def episode_steps(episodes: Iterable[EpisodeArrays], horizon: int) -> Iterator[StepSample]:
+    """Episodes -> one sample a step: actions t..t+H-1, padded past the end with the last action."""
+    for ep in episodes:
+        length = len(ep.actions)
+        padded = np.concatenate([ep.actions, np.repeat(ep.actions[-1:], horizon - 1, axis=0)])
+        for t in range(length):
+            yield StepSample(
+                episode=ep.index,
+                step=t,
+                instruction=ep.instruction,
+                state=ep.states[t],
+                action_chunk=padded[t : t + horizon],
+                action_mask=np.arange(t, t + horizon) < length,
+                frames={camera: frames[t] for camera, frames in ep.frames.items()},
+            )
+
+
+def shuffle(samples: Iterable[Any], bufsize: int, rng: np.random.Generator) -> Iterator[Any]:
+    """Samples -> the same samples, each drawn at random from a buffer of `bufsize` (<= 1: unchanged)."""
+    if bufsize <= 1:
+        yield from samples
+        return
+    buffer: list[Any] = []
+    for sample in samples:
+        buffer.append(sample)
+        if len(buffer) >= bufsize:
+            i = int(rng.integers(len(buffer)))
+            buffer[i], buffer[-1] = buffer[-1], buffer[i]
+            yield buffer.pop()
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def take(samples: Iterable[Any], n: int) -> Iterator[Any]:
+    """Samples -> the first `n`."""
+    return itertools.islice(samples, n)
+
+
+def to_torch(samples: Iterable[StepSample], image_dtype: str) -> Iterator[dict[str, Any]]:
+    """StepSamples -> dicts of tensors (see `ShardDataset`), JPEGs decoded to [3, H, W]."""
+    for s in samples:
+        yield {
+            "images": {camera: _decode_jpeg(data, image_dtype) for camera, data in s.frames.items()},
+            "state": torch.from_numpy(np.array(s.state, dtype=np.float32)),
+            "action_chunk": torch.from_numpy(np.array(s.action_chunk, dtype=np.float32)),
+            "action_mask": torch.from_numpy(np.array(s.action_mask, dtype=bool)),
+            "instruction": s.instruction,
+            "episode": s.episode,
+            "step": s.step,
+        }
+
+
+# ---------------------------------------------------------------- the dataset
+
+
+class ShardDataset(torch.utils.data.IterableDataset):
+    """The training stream of one dataset; works with `DataLoader(num_workers>=0)` and default collation.
+
+    Each item is a dict:
+        images:       camera -> uint8 [3, H, W] (or float32 in [0, 1], per `image_dtype`)
+        state:        [S] float32, normalized
+        action_chunk: [H, A] float32, normalized actions of steps t..t+H-1 of the episode,
+                      past the episode's end the last action repeated
+        action_mask:  [H] bool, False on the padding
+        instruction:  str
+        episode:      int, global episode index
+        step:         int, t
+    Call `set_epoch(epoch)` before each epoch to change the shard order and
+    shuffling (with persistent DataLoader workers the workers keep the epoch
+    they started with).
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        config: LoaderConfig,
+        normalizer: Normalizer,
+        shard_samples: Mapping[str, int] | None = None,
+    ):
+        """`shard_samples`: URL -> samples per the manifest, checked as each shard is read whole."""
+        super().__init__()
+        if not urls:
+            raise ValueError("ShardDataset needs at least one shard URL")
+        self.urls = tuple(urls)
+        self.shard_samples = dict(shard_samples or {})
+        self.config = config
+        self.normalizer = normalizer
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.iter_split(current_split())
+
+    def iter_split(self, split: Split) -> Iterator[dict[str, Any]]:
+        """The samples of one split (what `__iter__` yields in that rank and worker)."""
+        cfg = self.config
+        empty: set[str] = set()
+        if cfg.resampled:
+            tasks = resample_shards(self.urls, self._rng(split, 0), empty)
+        else:
+            tasks = split_shards(self._epoch_order(), split)
+        wanted = _wanted_members(cfg.cameras)
+        stages: list[Callable[[Iterable[Any]], Iterable[Any]]] = [
+            partial(read_members, wanted=wanted, on_empty=empty.add, expected=self.shard_samples),  # -> Member
+            group_samples,  # -> RawSample, one a step
+            group_episodes,  # -> RawEpisode, whole
+            select_episodes,  # -> RawEpisode of this split
+            partial(decode_episodes, cameras=cfg.cameras, normalizer=self.normalizer),  # -> EpisodeArrays
+            partial(episode_steps, horizon=cfg.action_horizon),  # -> StepSample
+            partial(shuffle, bufsize=cfg.shuffle_buffer, rng=self._rng(split, 1)),  # -> StepSample
+        ]
+        if cfg.resampled and cfg.epoch_length is not None:
+            stages.append(partial(take, n=_worker_quota(cfg.epoch_length, split)))  # -> StepSample
+        stages.append(partial(to_torch, image_dtype=cfg.image_dtype))  # -> dict of tensors
+        stream: Iterable[Any] = tasks
+        for stage in stages:
+            stream = stage(stream)
+        return iter(stream)
+
+    def _epoch_order(self) -> list[str]:
+        # The same permutation in every rank and worker, so that the split stays a partition.
+        urls = list(self.urls)
+        if self.config.shuffle_buffer > 1:
+            np.random.default_rng([self.config.seed, self.epoch]).shuffle(urls)
+        return urls
+
+    def _rng(self, split: Split, stream: int) -> np.random.Generator:
+        return np.random.default_rng([self.config.seed, self.epoch, split.rank, split.worker, stream])
+
+
+def make_loader(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+    cameras: Sequence[str] | None = None,
+    action_horizon: int = 16,
+    normalization: str = "mean_std",
+    shuffle_buffer: int = 0,
+    seed: int = 0,
+    resampled: bool = False,
+    epoch_length: int | None = None,
+    *,
+    stats: str | os.PathLike | DatasetStats | None = None,
+    image_dtype: str = "uint8",
+) -> ShardDataset:
+    """A `ShardDataset` over `source`; wrap it in `torch.utils.data.DataLoader`.
+
+    source:         a dataset directory (its manifest.json lists the shards), a shard path or
+                    URL, a brace pattern (``DIR/shards/shard-{000000..000003}.tar``), or a list of those
+    cameras:        cameras to decode, in order; None: those of dataset_info.json (else every .jpg)
+    action_horizon: H, the length of `action_chunk`
+    normalization:  "none", "mean_std" or "quantile" (see `Normalizer`), for state and actions
+    shuffle_buffer: samples held for shuffling (> 1 also shuffles the shard order each epoch)
+    seed:           seeds shard order, shuffling and resampling, with epoch, rank and worker
+    resampled:      draw shards with replacement, endlessly
+    epoch_length:   resampled only: samples one rank yields per iteration (None: endless)
+    stats:          dataset directory or stats.json path; None: the source's dataset directory
+    image_dtype:    "uint8" (0..255) or "float32" (0..1) images, [3, H, W]
+    """
+    urls, root, counts = resolve_shards(source)
+    info = load_dataset_info(root) if root is not None else None
+    config = LoaderConfig(
+        cameras=_resolve_cameras(cameras, info),
+        action_horizon=action_horizon,
+        normalization=normalization,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        resampled=resampled,
+        epoch_length=epoch_length,
+        image_dtype=image_dtype,
+    )
+    loaded = None if normalization == "none" else _load_stats(stats, root)
+    return ShardDataset(urls, config, Normalizer(normalization, loaded), shard_samples=counts)
+
+
+def resolve_shards(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+) -> tuple[list[str], Path | None, dict[str, int]]:
+    """Shard URLs of `source`, its dataset directory (None when the shards are not under one),
+    and, for a dataset directory, each URL's sample count from the manifest.
+
+    A dataset directory gives its manifest's shards that hold samples, in name order.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        if not _has_scheme(os.fspath(source)) and Path(source).is_dir():
+            counts = _manifest_counts(Path(source))
+            return list(counts), Path(source), counts
+        sources = [source]
+    else:
+        sources = list(source)
+    urls = [url for item in sources for url in braceexpand(os.fspath(item))]
+    if not urls:
+        raise ValueError(f"no shards in {source!r}")
+    return urls, _dataset_root(urls), {}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _manifest_counts(dataset_dir: Path) -> dict[str, int]:
+    manifest = load_manifest(dataset_dir)
+    counts = {str(shards_dir(dataset_dir) / info.name): info.samples
+              for info in manifest.shards if info.samples > 0}
+    if not counts:
+        raise DatasetError(f"{dataset_dir}: manifest.json lists no shard with samples")
+    return counts
+
+
+def _has_scheme(url: str) -> bool:
+    return len(urlparse(url).scheme) > 1  # a one-letter scheme is a Windows drive
+
+
+def _dataset_root(urls: Sequence[str]) -> Path | None:
+    # Local shards inside one DIR/shards folder belong to dataset DIR.
+    if any(_has_scheme(url) for url in urls):
+        return None
+    folders = {Path(url).resolve().parent for url in urls}
+    if len(folders) != 1 or next(iter(folders)).name != SHARDS_DIRNAME:
+        return None
+    return next(iter(folders)).parent
+
+
+def _resolve_cameras(cameras: Sequence[str] | None, info: Mapping[str, Any] | None) -> tuple[str, ...] | None:
+    known = [c["name"] for c in info.get("cameras", [])] if info is not None else None
+    if cameras is None:
+        return tuple(known) if known is not None else None
+    if isinstance(cameras, str):
+        raise TypeError(f"cameras must be a list of names, got the string {cameras!r}")
+    unknown = [c for c in cameras if known is not None and c not in known]
+    if unknown:
+        raise ValueError(f"unknown cameras {unknown}; dataset_info.json lists {known}")
+    return tuple(cameras)
+
+
+def _load_stats(stats: str | os.PathLike | DatasetStats | None, root: Path | None) -> DatasetStats:
+    if isinstance(stats, DatasetStats):
+        return stats
+    if stats is None and root is None:
+        raise ValueError("normalization needs stats.json and the shards are not inside a dataset "
+                         "directory; pass stats=DATASET_DIR or normalization='none'")
+    folder = Path(stats) if stats is not None else root
+    if folder.name == STATS_FILENAME:
+        folder = folder.parent
+    loaded = load_stats(folder)
+    if loaded is None:
+        raise FileNotFoundError(f"{folder / STATS_FILENAME}: not found; normalization needs it "
+                                "(or pass normalization='none')")
+    return loaded
+
+
+def _wanted_members(cameras: Sequence[str] | None) -> Callable[[str], bool]:
+    fixed = {_ACTION_MEMBER, _STATE_MEMBER, _META_MEMBER}
+    if cameras is None:
+        return lambda suffix: suffix in fixed or suffix.endswith(".jpg")
+    fixed |= {f"{camera}.jpg" for camera in cameras}
+    return fixed.__contains__
+
+
+def _worker_quota(epoch_length: int, split: Split) -> int:
+    share, rest = divmod(epoch_length, split.num_workers)
+    return share + (1 if split.worker < rest else 0)
+
+
+def _member(sample: RawSample, suffix: str) -> bytes:
+    try:
+        return sample.members[suffix]
+    except KeyError:
+        raise DatasetError(
+            f"{sample.task.url}: sample {sample.key} has no {suffix}; it has {sorted(sample.members)}"
+        ) from None
+
+
+def _npy(sample: RawSample, suffix: str) -> np.ndarray:
+    return np.load(io.BytesIO(_member(sample, suffix)), allow_pickle=False)
+
+
+def _read_meta(sample: RawSample) -> dict[str, Any]:
+    meta = json.loads(_member(sample, _META_MEMBER))
+    missing = {"episode", "step", "length", "instruction"} - set(meta)
+    if missing:
+        raise DatasetError(f"{sample.task.url}: {sample.key}.meta.json lacks {sorted(missing)}")
+    return meta
+
+
+def _incomplete(last: RawSample, first: Mapping[str, Any], steps: int) -> DatasetError:
+    return DatasetError(
+        f"{last.task.url}: episode {first['episode']} ends after {steps} of {first['length']} steps "
+        "at the end of the shard; episodes must be whole inside one shard (run shards.verify)"
+    )
+
+
+def _jpeg_cameras(sample: RawSample) -> list[str]:
+    return sorted(suffix[: -len(".jpg")] for suffix in sample.members if suffix.endswith(".jpg"))
+
+
+def _decode_jpeg(data: bytes, image_dtype: str) -> torch.Tensor:
+    with Image.open(io.BytesIO(data)) as image:
+        pixels = np.asarray(image.convert("RGB"))  # [H, W, 3] uint8
+    # numpy for the transposing copy: torch's parallel copy of a small image costs milliseconds
+    # of thread hand-offs in the main process.
+    tensor = torch.from_numpy(np.array(pixels.transpose(2, 0, 1), order="C"))  # a writable copy
+    return tensor.float().div_(255.0) if image_dtype == "float32" else tensor
+
