@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", type=Path)
     p.add_argument("--out", type=Path, help="dataset directory (default: the spec's output.dir, or out/<name>)")
     p.add_argument("--attempts", type=_positive_int, help="generation attempts (overrides generation.attempts)")
+    p.add_argument("--successes", type=_positive_int,
+                   help="stop once this many episodes succeeded (overrides generation.target_successes)")
     p.add_argument("--workers", type=_positive_int, default=None, help="Ray actors (default: CPU count)")
     p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else a local one)")
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
@@ -130,6 +132,8 @@ def cmd_run(args) -> int:
         overrides["generation.attempts"] = args.attempts
     if args.seed is not None:
         overrides["seed"] = args.seed
+    if args.successes is not None:
+        overrides["generation.target_successes"] = args.successes
     resolved = _load(args.spec, overrides, args.out)
     if not resolved.demos:
         raise SpecError(args.spec, "seed_demos", "at least one seed demo file is needed to generate")

@@ -154,7 +154,10 @@ class _Rollout:
         self.scene, self.spec, self.rng, self.rec = scene, scene.spec, rng, rec
         self.gen: GenerationSpec = scene.spec.generation
         self.retries, self.provenance = retries, provenance
-        first = select_source(demos, 0, scene, self.spec, rng)
+        # A demo too long for the horizon can never give a success: the horizon filters sources.
+        bridge = self.gen.interpolation_steps + self.gen.fixed_steps
+        fitting = [d for d in demos if d.demo.length + len(d.order) * bridge <= self.spec.task.horizon]
+        first = select_source(fitting or demos, 0, scene, self.spec, rng)
         # Later picks follow the first source's subtask order: only demos with that order qualify.
         self.candidates = [d for d in demos if d.order == first.order]
         self.first, self.order = first, first.order
@@ -197,12 +200,13 @@ class _Rollout:
         return False, ""
 
     def _source(self, position: int, retry: bool) -> AnnotatedDemo:
-        if position == 0 and not retry:
-            source = self.first
-        elif self.gen.source_per == "episode" and not retry:
+        if not retry and (position == 0 or self.gen.source_per == "episode"):
             source = self.first
         else:
-            source = select_source(self.candidates, position, self.scene, self.spec, self.rng)
+            # Only sources whose segment still fits in the horizon are worth a try.
+            room = self.spec.task.horizon - len(self.rec) - self.gen.interpolation_steps - self.gen.fixed_steps
+            fitting = [d for d in self.candidates if _segment_length(d, position) <= room] or self.candidates
+            source = select_source(fitting, position, self.scene, self.spec, self.rng)
         self.provenance["sources"].append(source.demo.label)
         return source
 
@@ -253,6 +257,11 @@ class _Rollout:
             return _held_at_end(self.rec.success, self.gen.success_hold_steps)
         predicate = self.spec.subtasks[index].ends_when
         return predicate is None or self.scene.holds(predicate)
+
+
+def _segment_length(demo: AnnotatedDemo, position: int) -> int:
+    start, end = demo.segment(position)
+    return (demo.demo.length if position == len(demo.order) - 1 else end) - start
 
 
 def _held_at_end(success: list[bool], steps: int) -> bool:

@@ -138,3 +138,22 @@ def test_more_attempts_extend_the_dataset(lift_dataset, tiny_lift_spec, tmp_path
     assert all(manifest[name].sha256 == digest for name, digest in kept.items())
     data = yaml.safe_load(tiny_lift_spec.read_text())
     assert data["generation"]["attempts"] == 4  # the spec file itself is untouched
+
+
+def test_generate_until_n_successes_stops_early_and_reports_subtasks(tiny_lift_spec, tmp_path, ray_cluster):
+    from factory.cli import main
+    from factory.report import summarize
+
+    out = tmp_path / "until1"
+    assert main(["run", str(tiny_lift_spec), "--out", str(out), "--successes", "1", "--no-progress"]) == 0
+    report = summarize(out)
+    manifest = load_manifest(out)
+    # The shortest prefix of shards (by index) holding one success: whatever the worker count.
+    names = [s.name for s in manifest.shards]
+    assert names == [f"shard-{i:06d}.tar" for i in range(len(names))]  # a prefix by index
+    per_shard = [s.episodes for s in manifest.shards]
+    assert sum(per_shard) >= 1 and sum(per_shard[:-1]) < 1  # the shortest one holding 1 success
+    assert sorted(p.name for p in shards_dir(out).glob("*.tar")) == [s.name for s in manifest.shards]
+    subtasks = report["subtasks"]
+    assert subtasks[0]["reached"] == report["attempts"]
+    assert all(row["failed"] <= row["reached"] for row in subtasks)
