@@ -6,6 +6,8 @@
     factory inspect out/stack [--json]
     factory preview out/stack          # contact sheet PNG + one mp4 per camera
     factory verify out/stack           # checksums, sample counts, episodes, stats
+    factory export out/stack --to lerobot out/stack-lerobot
+    factory export out/stack --to robomimic out/stack.hdf5
 
 Bad input (a spec, a seed file, an output directory) prints one line naming
 the file, the field and what was expected, and exits with code 2.
@@ -68,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", type=Path)
     p.add_argument("--out", type=Path, help="folder for the pictures (default: DATASET/preview)")
     p.add_argument("--episodes", type=_positive_int, default=6, help="rows of the contact sheet")
+
+    p = sub.add_parser("export", help="write the dataset as LeRobot (v3.0) or robomimic (hdf5)")
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--to", choices=("lerobot", "robomimic"), required=True)
+    p.add_argument("out", type=Path, help="a new folder (lerobot) or a new .hdf5 file (robomimic)")
 
     p = sub.add_parser("verify", help="check shards against the manifest, episodes and stats")
     p.add_argument("dataset", type=Path)
@@ -154,6 +161,16 @@ def cmd_preview(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    if args.to == "lerobot":
+        from shards.export_lerobot import export_lerobot as export
+    else:
+        from shards.export_robomimic import export_robomimic as export
+    summary = export(args.dataset, args.out)
+    print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}, default=str))
+    return 0
+
+
 def cmd_verify(args) -> int:
     from shards.verify import verify_dataset
 
@@ -177,7 +194,8 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-COMMANDS = {"validate": cmd_validate, "annotate": cmd_annotate, "run": cmd_run, "preview": cmd_preview, "verify": cmd_verify,
+COMMANDS = {"validate": cmd_validate, "annotate": cmd_annotate, "run": cmd_run, "preview": cmd_preview, "export": cmd_export,
+            "verify": cmd_verify,
             "inspect": cmd_inspect}
 
 

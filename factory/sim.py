@@ -62,6 +62,16 @@ def make_env(task: TaskSpec, model_seed: int = 0):
     )
 
 
+def _fast_stepper(env):
+    from factory.fast_step import FastStepper, Unsupported
+
+    try:
+        return FastStepper(env)
+    except Unsupported as why:
+        logging.getLogger(__name__).info("robosuite env.step is used: %s", why)
+        return None
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A restorable point of a rollout (see `Scene.snapshot`)."""
@@ -103,6 +113,7 @@ class Scene:
             for group in ("left_fingerpad", "right_fingerpad")
         ]
         self._start_z: dict[str, float] = {}
+        self._fast = _fast_stepper(self.env) if spec.task.fast_control else None
 
     # --- model lookups ---------------------------------------------------------------
     def _body_id(self, name: str, body: str) -> int:
@@ -211,7 +222,16 @@ class Scene:
 
     # --- stepping ---------------------------------------------------------------------
     def step(self, action: np.ndarray) -> None:
-        self.env.step(action)
+        """One control step of the arm and gripper (physics only: no observations)."""
+        if self._fast is not None:
+            self._fast.step(action)
+        else:
+            self.env.step(action)
+
+    @property
+    def fast_control(self) -> bool:
+        """Whether steps take the lean control loop (see factory.fast_step)."""
+        return self._fast is not None
 
     def success(self) -> bool:
         return bool(self.env._check_success())
