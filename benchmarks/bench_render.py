@@ -15,8 +15,6 @@ import argparse
 import json
 import time
 
-import mujoco
-
 from factory.render import FrameRenderer
 from factory.resolve import resolve_spec
 from factory.spec import CameraSpec, load_spec
@@ -36,6 +34,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--frames", type=int, default=150)
     args = parser.parse_args()
+    import mujoco  # after factory: importing it picks the offscreen GL backend
+
     spec = load_spec(args.spec)
     resolved = resolve_spec(spec)
     scene = resolved.scene

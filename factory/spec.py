@@ -113,6 +113,9 @@ class GenerationSpec(_Strict):
     # target of the previous segment (MimicGen's default for later segments).
     start_from: Literal["current_pose", "last_target"] = "current_pose"
     subtask_retries: int = Field(0, ge=0)  # per subtask: restore its start state and try again
+    # With retries on: steps a subtask's predicate may take to hold after its segment, holding
+    # the last target (a closing gripper needs a moment to register a grasp).
+    settle_steps: int = Field(5, ge=0)
     success_hold_steps: int = Field(1, ge=1)  # success must hold on this many final steps
 
 

@@ -187,7 +187,7 @@ class _Rollout:
             reason = self._execute_segment(source, position, index, last)
             if reason:
                 return False, reason
-            if self._check(index, last):
+            if self._check(index, last) or self._settle(index, last):
                 return True, ""
             if attempt < self.gen.subtask_retries:
                 self.retries[index] += 1
@@ -251,6 +251,17 @@ class _Rollout:
             rec.actions.append(action)
             scene.step(action)
             rec.success.append(last and scene.success())
+
+    def _settle(self, index: int, last: bool) -> bool:
+        """Hold the last target for up to `settle_steps`, until the subtask's predicate holds."""
+        if last or not self.gen.subtask_retries or self.last_target is None:
+            return False
+        grip = self.rec.actions[-1][-1] if len(self.rec) else -1.0
+        for _ in range(self.gen.settle_steps):
+            self._drive(self.last_target[None], np.array([grip]), 0.0, last=False)
+            if self._check(index, last):
+                return True
+        return False
 
     def _check(self, index: int, last: bool) -> bool:
         if last:
