@@ -25,6 +25,7 @@ class FrameRenderer:
         self.scene, self.cameras, self.settings = scene, list(cameras), settings
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
         if self.cameras:
+            scene.model.vis.quality.offsamples = settings.multisamples
             vis = scene.model.vis.global_
             # The offscreen buffer must hold the largest image asked for.
             vis.offwidth = max(vis.offwidth, *(c.width for c in self.cameras))

@@ -42,11 +42,11 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import math
 import os
-import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -68,15 +68,16 @@ from shards.format import (
 )
 from shards.manifest import load_manifest
 from shards.metadata import load_dataset_info
+from shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
 from shards.stats import DatasetStats, load_stats
+from shards.tario import iter_tar
 
-NORMALIZATIONS = ("none", "mean_std", "quantile")
 IMAGE_DTYPES = ("uint8", "float32")
-STD_FLOOR = 1e-6  # also floors q99 - q01: a constant dimension must not divide by zero
 
 _ACTION_MEMBER = f"{ACTION_KEY}.npy"
 _STATE_MEMBER = f"{STATE_KEY}.npy"
 _META_MEMBER = f"{META_KEY}.json"
+_META_FIELDS = frozenset({"episode", "step", "length", "instruction"})
 
 
 # ---------------------------------------------------------------- configuration
@@ -110,62 +111,6 @@ class LoaderConfig:
             raise ValueError("epoch_length needs resampled=True (a finite epoch is one pass over the shards)")
         if self.epoch_length is not None and self.epoch_length < 1:
             raise ValueError(f"epoch_length must be >= 1, got {self.epoch_length}")
-
-
-@dataclass(frozen=True, eq=False)
-class Normalizer:
-    """Maps state and actions to normalized values and back, from stats.json.
-
-    mean_std: ``(x - mean) / max(std, 1e-6)``.
-    quantile: ``2 * (x - q01) / max(q99 - q01, 1e-6) - 1``, clipped to [-1, 1].
-    none:     the identity.
-    Inputs are [..., D] arrays; outputs float32 of the same shape.
-    """
-
-    mode: str
-    stats: DatasetStats | None
-
-    def __post_init__(self) -> None:
-        if self.mode not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {self.mode!r}")
-        if self.mode != "none" and self.stats is None:
-            raise ValueError(f"normalization={self.mode!r} needs stats.json; pass stats=DATASET_DIR "
-                             "or normalization='none'")
-
-    def normalize(self, key: str, x: np.ndarray) -> np.ndarray:
-        """`x` [..., D] of `key` ("action", "state") -> float32 [..., D]."""
-        if self.mode == "none":
-            return np.asarray(x, dtype=np.float32)
-        s = self._arrays(key, x)
-        x = np.asarray(x, dtype=np.float64)
-        if self.mode == "mean_std":
-            y = (x - s["mean"]) / np.maximum(s["std"], STD_FLOOR)
-        else:
-            y = np.clip(2.0 * (x - s["q01"]) / np.maximum(s["q99"] - s["q01"], STD_FLOOR) - 1.0, -1.0, 1.0)
-        return y.astype(np.float32)
-
-    def unnormalize(self, key: str, y: np.ndarray) -> np.ndarray:
-        """The inverse of `normalize` (for quantile: of the unclipped part) -> float32 [..., D]."""
-        if self.mode == "none":
-            return np.asarray(y, dtype=np.float32)
-        s = self._arrays(key, y)
-        y = np.asarray(y, dtype=np.float64)
-        if self.mode == "mean_std":
-            x = y * np.maximum(s["std"], STD_FLOOR) + s["mean"]
-        else:
-            x = (y + 1.0) / 2.0 * np.maximum(s["q99"] - s["q01"], STD_FLOOR) + s["q01"]
-        return x.astype(np.float32)
-
-    def _arrays(self, key: str, x: np.ndarray) -> dict[str, np.ndarray]:
-        if key not in self.stats.keys:
-            raise DatasetError(f"{STATS_FILENAME} has no statistics for {key!r}; it has {sorted(self.stats.keys)}")
-        entry = self.stats.keys[key]
-        arrays = {name: np.asarray(getattr(entry, name), dtype=np.float64)
-                  for name in ("mean", "std", "q01", "q99")}
-        if np.shape(x)[-1:] != arrays["mean"].shape:
-            raise DatasetError(f"{STATS_FILENAME}: {key!r} has {arrays['mean'].shape[0]} dimensions, "
-                               f"the data has shape {np.shape(x)}")
-        return arrays
 
 
 # ---------------------------------------------------------------- records between stages
@@ -298,22 +243,20 @@ def read_members(
 ) -> Iterator[Member]:
     """Tasks -> their shards' members whose suffix `wanted` accepts, in tar order.
 
-    URLs are opened with webdataset's `gopen` (paths, file:, pipe:, http(s):).
-    `expected` maps a URL to its sample count in the manifest: Python's tarfile
-    ends a tar quietly at a corrupt header, so a shard that ends early is caught
-    by its count instead.
+    URLs are opened with webdataset's `gopen` (paths, file:, pipe:, http(s):) and
+    read by `shards.tario.iter_tar`, which raises `DatasetError` for a corrupt or
+    truncated tar. `expected` maps a URL to its sample count in the manifest, a
+    second check that also catches a valid tar holding the wrong samples.
     """
     for task in tasks:
         samples, last_key = 0, None
-        try:
-            with gopen(task.url) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
-                for info in tar:
-                    key, _, suffix = info.name.partition(".")
-                    samples, last_key = samples + (key != last_key), key
-                    if info.isfile() and wanted(suffix):
-                        yield Member(task, info.name, tar.extractfile(info).read())
-        except tarfile.TarError as exc:
-            raise DatasetError(f"{task.url}: not a readable tar file: {exc}") from exc
+        with gopen(task.url) as stream:
+            for name, data in iter_tar(stream, task.url):
+                key, _, suffix = name.partition(".")
+                if key != last_key:
+                    samples, last_key = samples + 1, key
+                if wanted(suffix):
+                    yield Member(task, name, data)
         if samples == 0:
             on_empty(task.url)
         if expected is not None and task.url in expected and samples != expected[task.url]:
@@ -339,7 +282,7 @@ def group_episodes(samples: Iterable[RawSample]) -> Iterator[RawEpisode]:
     first: dict[str, Any] = {}
     task, ordinal = None, 0
     for sample in samples:
-        if sample.task != task:
+        if sample.task is not task and sample.task != task:  # `is`: skips the dataclass __eq__
             if steps:
                 raise _incomplete(steps[-1], first, len(steps))
             task, ordinal = sample.task, 0
@@ -370,6 +313,7 @@ def decode_episodes(
     """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames per camera."""
     for ep in episodes:
         names = cameras if cameras is not None else _jpeg_cameras(ep.samples[0])
+        suffixes = [(camera, f"{camera}.jpg") for camera in names]
         actions = np.stack([_npy(s, _ACTION_MEMBER) for s in ep.samples])
         states = np.stack([_npy(s, _STATE_MEMBER) for s in ep.samples])
         yield EpisodeArrays(
@@ -377,7 +321,7 @@ def decode_episodes(
             instruction=ep.instruction,
             actions=normalizer.normalize(ACTION_KEY, actions),
             states=normalizer.normalize(STATE_KEY, states),
-            frames={c: tuple(_member(s, f"{c}.jpg") for s in ep.samples) for c in names},
+            frames={c: tuple(_member(s, suffix) for s in ep.samples) for c, suffix in suffixes},
         )
 
 
@@ -386,6 +330,7 @@ def episode_steps(episodes: Iterable[EpisodeArrays], horizon: int) -> Iterator[S
     for ep in episodes:
         length = len(ep.actions)
         padded = np.concatenate([ep.actions, np.repeat(ep.actions[-1:], horizon - 1, axis=0)])
+        masks = np.arange(length)[:, None] + np.arange(horizon) < length  # [T, H]: t + k < T
         for t in range(length):
             yield StepSample(
                 episode=ep.index,
@@ -393,7 +338,7 @@ def episode_steps(episodes: Iterable[EpisodeArrays], horizon: int) -> Iterator[S
                 instruction=ep.instruction,
                 state=ep.states[t],
                 action_chunk=padded[t : t + horizon],
-                action_mask=np.arange(t, t + horizon) < length,
+                action_mask=masks[t],
                 frames={camera: frames[t] for camera, frames in ep.frames.items()},
             )
 
@@ -654,14 +599,55 @@ def _member(sample: RawSample, suffix: str) -> bytes:
 
 
 def _npy(sample: RawSample, suffix: str) -> np.ndarray:
-    return np.load(io.BytesIO(_member(sample, suffix)), allow_pickle=False)
+    data = _member(sample, suffix)
+    try:
+        return load_npy(data)
+    except ValueError as exc:
+        raise DatasetError(f"{sample.task.url}: {sample.key}.{suffix}: {exc}") from None
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def load_npy(data: bytes) -> np.ndarray:
+    """The bytes of a .npy file -> a read-only array viewing them; like `np.load(allow_pickle=False)`.
+
+    Each distinct header is parsed once (numpy parses it with `ast.literal_eval`,
+    which costs more than the rest of reading a small array). Object arrays
+    (pickles) and malformed data raise ValueError.
+    """
+    if data[:6] != _NPY_MAGIC or len(data) < 10:
+        raise ValueError("not a .npy file (no \\x93NUMPY magic)")
+    if data[6] == 1:
+        end = 10 + int.from_bytes(data[8:10], "little")
+    elif data[6] == 2:
+        end = 12 + int.from_bytes(data[8:12], "little")
+    else:  # 3.0 (utf-8 field names) and later: rare, uncached
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    dtype, shape, order, count = _npy_header(data[:end])
+    if len(data) != end + count * dtype.itemsize:
+        raise ValueError(f"holds {len(data) - end} bytes after its header, {dtype} {shape} needs "
+                         f"{count * dtype.itemsize}")
+    return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape, order=order)
+
+
+@lru_cache(maxsize=256)
+def _npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str, int]:
+    # header: the magic, version, length and dict of a .npy file -> (dtype, shape, "C" or "F", count).
+    fp = io.BytesIO(header)
+    version = np.lib.format.read_magic(fp)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran_order, dtype = read(fp)
+    if dtype.hasobject:
+        raise ValueError(f"holds an object array ({dtype}); pickled objects are refused")
+    return dtype, shape, "F" if fortran_order else "C", math.prod(shape)
 
 
 def _read_meta(sample: RawSample) -> dict[str, Any]:
     meta = json.loads(_member(sample, _META_MEMBER))
-    missing = {"episode", "step", "length", "instruction"} - set(meta)
-    if missing:
-        raise DatasetError(f"{sample.task.url}: {sample.key}.meta.json lacks {sorted(missing)}")
+    if not meta.keys() >= _META_FIELDS:
+        missing = sorted(_META_FIELDS - meta.keys())
+        raise DatasetError(f"{sample.task.url}: {sample.key}.meta.json lacks {missing}")
     return meta
 
 
@@ -678,7 +664,7 @@ def _jpeg_cameras(sample: RawSample) -> list[str]:
 
 def _decode_jpeg(data: bytes, image_dtype: str) -> torch.Tensor:
     with Image.open(io.BytesIO(data)) as image:
-        pixels = np.asarray(image.convert("RGB"))  # [H, W, 3] uint8
+        pixels = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))  # [H, W, 3] uint8
     # numpy for the transposing copy: torch's parallel copy of a small image costs milliseconds
     # of thread hand-offs in the main process.
     tensor = torch.from_numpy(np.array(pixels.transpose(2, 0, 1), order="C"))  # a writable copy

@@ -28,9 +28,22 @@ from shards import (
     save_manifest,
     save_stats,
     shards_dir,
+    tario,
     write_shard,
 )
-from shards.loader import ShardDataset, Split, make_loader
+from shards.loader import (
+    Normalizer,
+    RawEpisode,
+    RawSample,
+    ShardDataset,
+    ShardTask,
+    Split,
+    _decode_jpeg,
+    decode_episodes,
+    load_npy,
+    make_loader,
+)
+from shards.tario import iter_tar
 
 HEIGHT, WIDTH = 12, 20  # not square, so a transposed image would show
 CAMERAS = ("wrist", "agentview")  # not sorted: the loader keeps dataset_info's order
@@ -284,9 +297,9 @@ def test_resampled_yields_exactly_epoch_length(dataset) -> None:
     assert len(list(itertools.islice(endless, n))) == n  # goes on past one pass over the data
 
 
-def test_a_shard_cut_short_by_a_corrupt_header_raises(dataset, tmp_path) -> None:
-    # Python's tarfile ends a tar quietly at an invalid header; here that would drop episode 2
-    # whole, so only the manifest's sample count can tell.
+def test_a_shard_with_a_corrupt_header_raises(dataset, tmp_path) -> None:
+    # Python's tarfile would end the tar quietly at this header and drop episode 2 whole;
+    # shards.tario checks every header's checksum.
     copy = tmp_path / "copy"
     shutil.copytree(dataset.path, copy)
     path = shards_dir(copy) / "shard-000000.tar"
@@ -295,6 +308,22 @@ def test_a_shard_cut_short_by_a_corrupt_header_raises(dataset, tmp_path) -> None
     data = bytearray(path.read_bytes())
     data[offset + 1] ^= 0xFF
     path.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=rf"shard-000000.tar: not a readable tar file: header at byte {offset}: "
+                                           r"bad checksum \(\d+ stored, \d+ computed\)"):
+        list(make_loader(copy, cameras=[], normalization="none"))
+
+
+def test_a_valid_shard_short_of_its_manifest_count_raises(dataset, tmp_path) -> None:
+    # A readable tar that lacks episode 2 (cut at a member boundary, end blocks rewritten):
+    # only the manifest's sample count can tell.
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset.path, copy)
+    path = shards_dir(copy) / "shard-000000.tar"
+    with tarfile.open(path) as tar:
+        kept = [(m, tar.extractfile(m).read()) for m in tar if not m.name.startswith("e00000002_")]
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for member, data in kept:
+            tar.addfile(member, io.BytesIO(data))
     with pytest.raises(DatasetError, match=r"shard-000000.tar: holds 3 samples, manifest.json lists 8"):
         list(make_loader(copy, cameras=[], normalization="none"))
 
@@ -309,3 +338,210 @@ def test_bad_arguments_are_named(dataset) -> None:
     with pytest.raises(ValueError, match="stats=DATASET_DIR"):
         make_loader("/nonexistent/shard-{0..1}.tar")
     assert isinstance(make_loader("/nonexistent/a.tar", normalization="none"), ShardDataset)
+
+
+# ---------------------------------------------------------------- shards.tario
+
+
+class _Trickle:
+    """A stream that returns at most `step` bytes a read, like a pipe or a socket."""
+
+    def __init__(self, data: bytes, step: int):
+        self.data, self.step = data, step
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.step if n is None or n < 0 else min(n, self.step)
+        chunk, self.data = self.data[:n], self.data[n:]
+        return chunk
+
+
+def _tar_bytes(members, tar_format: int, pax_headers=None) -> bytes:
+    """A tar written by Python's tarfile; members: (name, data) files, or (name, DIRTYPE | SYMTYPE)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tar_format, encoding="utf-8",
+                      pax_headers=pax_headers) as tar:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            if content in (tarfile.DIRTYPE, tarfile.SYMTYPE):
+                info.type = content
+                info.linkname = "a.txt" if content == tarfile.SYMTYPE else ""
+                tar.addfile(info)
+            else:
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def _tarfile_files(data: bytes) -> list[tuple[str, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar if m.isfile()]
+
+
+_PLAIN = [
+    ("a.txt", b"x"),
+    ("empty", b""),
+    ("dir", tarfile.DIRTYPE),
+    ("dir/block", bytes(range(256)) * 2),  # exactly one block: no padding
+    ("link", tarfile.SYMTYPE),
+    ("big", np.random.default_rng(0).bytes(3 * 1024 * 1024 + 7)),  # spans several chunks
+]
+_PREFIXED = [("dir/" + "p" * 120 + "/file.bin", b"\xff" * 513)]  # ustar: prefix + name; pax, GNU: extended
+_EXTENDED = [
+    ("n" * 150 + ".jpg", b"long name"),  # pax: an x header; GNU: an L header
+    ("caf\u00e9.json", b"{}"),  # pax: an x header (not ASCII)
+    ("z.npy", b"after the extension headers"),
+]
+_USTAR, _GNU, _PAX = tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT
+
+
+@pytest.mark.parametrize(
+    ("tar_format", "members", "pax_headers", "fallback"),
+    [
+        (_USTAR, _PLAIN + _PREFIXED, None, False),
+        (_GNU, _PLAIN, None, False),
+        (_PAX, _PLAIN, None, False),
+        (_GNU, _PLAIN + _PREFIXED + _EXTENDED, None, True),
+        (_PAX, _PLAIN + _PREFIXED + _EXTENDED, None, True),
+        (_PAX, _PLAIN, {"comment": "a global header"}, True),
+    ],
+)
+@pytest.mark.parametrize("step", [None, 1000])
+def test_tar_reader_matches_tarfile(monkeypatch, tar_format, members, pax_headers, fallback, step) -> None:
+    calls = []
+    original = tario._tarfile_members
+    monkeypatch.setattr(tario, "_tarfile_members", lambda *args: calls.append(1) or original(*args))
+    data = _tar_bytes(members, tar_format, pax_headers)
+    stream = io.BytesIO(data) if step is None else _Trickle(data, step)  # step: short reads
+    read = list(iter_tar(stream, "t.tar"))
+    assert read == _tarfile_files(data)
+    assert [name for name, _ in read][:3] == ["a.txt", "empty", "dir/block"]
+    assert bool(calls) == fallback
+
+
+def test_tar_reader_reads_write_shard_output_without_tarfile(dataset, monkeypatch) -> None:
+    # write_shard asks for PAX, but its short ASCII names need no extension header: every
+    # member is read by the ustar path (the tarfile fallback would fail here).
+    monkeypatch.setattr("shards.tario._tarfile_members", lambda *args: pytest.fail("fell back to tarfile"))
+    for shard in (0, 2, 4):  # shard 4 is an empty tar
+        path = dataset.shard(shard)
+        with open(path, "rb") as f:
+            read = list(iter_tar(f, str(path)))
+        assert read == _tarfile_files(path.read_bytes())
+        assert len(read) == 6 * sum(LAYOUT[shard])  # 2 cameras, 3 arrays, meta per step
+
+
+def test_tar_reader_accepts_a_signed_checksum() -> None:
+    # Some old tars sum the header as signed chars; tarfile accepts both, and so does iter_tar.
+    data = bytearray(_tar_bytes([("x" * 10, b"abc")], tarfile.USTAR_FORMAT))
+    data[0] = 0xE9  # a latin-1 name byte: the signed sum is 256 lower
+    data[148:156] = b" " * 8
+    signed = sum(b - 256 if b >= 128 else b for b in data[:512])
+    data[148:156] = b"%06o\0 " % signed
+    assert list(iter_tar(io.BytesIO(bytes(data)), "t.tar")) == [("\udce9" + "x" * 9, b"abc")]
+
+
+def test_tar_reader_refuses_a_bad_checksum() -> None:
+    data = bytearray(_tar_bytes([("a.txt", b"abc"), ("b.txt", b"def")], tarfile.USTAR_FORMAT))
+    data[1024 + 2] ^= 0x01  # b.txt's header: one bit of its name
+    reader = iter_tar(io.BytesIO(bytes(data)), "t.tar")
+    assert next(reader) == ("a.txt", b"abc")
+    with pytest.raises(DatasetError, match=r"^t.tar: not a readable tar file: header at byte 1024: bad checksum"):
+        next(reader)
+    data[1024 + 2] ^= 0x01
+    for size in (b"00000000z03\0", b"-0000000003\0", b"\xff" * 12):  # checksums fixed up
+        data[1024 + 124 : 1024 + 136] = size
+        data[1024 + 148 : 1024 + 156] = b" " * 8
+        data[1024 + 148 : 1024 + 156] = b"%06o\0 " % sum(data[1024:1536])
+        with pytest.raises(DatasetError, match=r"header at byte 1024: size field .* is not an octal number >= 0"):
+            list(iter_tar(io.BytesIO(bytes(data)), "t.tar"))
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (0, "the stream is empty"),
+        (300, "the stream ends at byte 300 without the end-of-archive block"),
+        (512 + 2, r"member a.txt \(header at byte 0\) has 2 of its 3 bytes"),
+        (1536 + 100, r"member b.bin \(header at byte 1024\) has 100 of its 600 bytes"),
+        (1024 + 1536, "the stream ends at byte 2560 without the end-of-archive block"),
+    ],
+)
+def test_tar_reader_refuses_a_truncated_archive(cut, message) -> None:
+    data = _tar_bytes([("a.txt", b"abc"), ("b.bin", b"\x01" * 600)], tarfile.USTAR_FORMAT)
+    with pytest.raises(DatasetError, match=rf"^t.tar: truncated tar file: {message}"):
+        list(iter_tar(io.BytesIO(data[:cut]), "t.tar"))
+
+
+def test_a_truncated_shard_names_the_shard(dataset, tmp_path) -> None:
+    path = tmp_path / "shard-000000.tar"
+    path.write_bytes(dataset.shard(0).read_bytes()[:40_000])
+    with pytest.raises(DatasetError, match=rf"^{path}: truncated tar file"):
+        list(make_loader(path, cameras=[], normalization="none"))
+
+
+# ---------------------------------------------------------------- .npy members and JPEGs
+
+
+def _npy_bytes(array: np.ndarray, version=None, allow_pickle: bool = False) -> bytes:
+    buffer = io.BytesIO()
+    if version is None:
+        np.save(buffer, array, allow_pickle=allow_pickle)
+    else:
+        np.lib.format.write_array(buffer, array, version=version, allow_pickle=allow_pickle)
+    return buffer.getvalue()
+
+
+_ARRAYS = [
+    np.arange(7, dtype=np.float32),
+    np.linspace(-1, 1, 12).reshape(3, 4),
+    np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3)),
+    np.arange(5, dtype=">f8"),
+    np.array([True, False, True]),
+    np.array(3, dtype=np.uint8),
+    np.zeros((0, 5), dtype=np.float32),
+    np.array([(1, 2.5)], dtype=[("i", "<i4"), ("f", "<f8")]),
+]
+
+
+@pytest.mark.filterwarnings("ignore:Stored array in format 3.0")
+def test_npy_members_parse_like_np_load() -> None:
+    # Twice round, so the second reads every header from the cache; interleaved, so a cached
+    # header of one array must not be used for another.
+    cases = [(a, None) for a in _ARRAYS] + [(_ARRAYS[1], (2, 0))]
+    cases.append((np.array([(1,)], dtype=[("\u00fc\u03c0", "<i4")]), None))  # np.save writes version 3.0
+    for _ in range(2):
+        for array, version in cases:
+            loaded = load_npy(_npy_bytes(array, version))
+            assert loaded.dtype == array.dtype and loaded.shape == array.shape
+            np.testing.assert_array_equal(loaded, array)
+            assert loaded.flags.c_contiguous == array.flags.c_contiguous  # Fortran order kept
+            assert loaded.flags.f_contiguous == array.flags.f_contiguous
+
+
+def test_npy_members_that_are_pickles_or_broken_are_refused() -> None:
+    pickled = _npy_bytes(np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="object array .* pickled objects are refused"):
+        load_npy(pickled)
+    with pytest.raises(ValueError, match="holds 8 bytes after its header, float32 \\(7,\\) needs 28"):
+        load_npy(_npy_bytes(np.arange(7, dtype=np.float32))[:-20])
+    with pytest.raises(ValueError, match="not a .npy file"):
+        load_npy(b'{"step": 0}')
+
+    # In the loader: a DatasetError naming the shard and the member.
+    task = ShardTask("shard-000009.tar")
+    members = {"action.npy": pickled, "state.npy": _npy_bytes(np.zeros(3))}
+    episode = RawEpisode(task, 0, 0, "lift", (RawSample(task, "e00000000_t0000", members),))
+    with pytest.raises(DatasetError, match=r"^shard-000009.tar: e00000000_t0000.action.npy: holds an object array"):
+        list(decode_episodes([episode], cameras=[], normalizer=Normalizer("none", None)))
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "CMYK"])
+def test_jpegs_of_any_mode_decode_to_rgb(mode) -> None:
+    pixels = np.random.default_rng(1).integers(0, 256, size=(HEIGHT, WIDTH, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buffer, format="JPEG", quality=90)
+    reference = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")).transpose(2, 0, 1)
+    image = _decode_jpeg(buffer.getvalue(), "uint8")
+    assert image.shape == (3, HEIGHT, WIDTH) and image.is_contiguous()
+    np.testing.assert_array_equal(image.numpy(), reference)
+    image[0, 0, 0] = 0  # a writable copy, not a view of PIL's bytes

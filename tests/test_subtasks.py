@@ -121,3 +121,18 @@ def test_generate_until_n_keeps_the_shortest_prefix_of_shards(tmp_path):
     assert recorder.prefix_for(3, tasks) == tasks[:2]  # shards 0 and 1 hold 3 successes
     assert recorder.prefix_for(4, tasks) is None  # shard 2 is not finished: undecided
     assert recorder.prefix_for(None, tasks) is None
+
+
+def test_annotate_command_prints_every_demo_segment(capsys):
+    import json
+
+    from factory.cli import main
+
+    assert main(["annotate", str(SPECS / "lift.yaml"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    lengths = [d["length"] for d in report["demos"]]
+    assert lengths == [226, 1143, 285, 296]
+    for demo in report["demos"]:
+        grasp, lift = demo["segments"]
+        assert grasp["ends_when"] == "grasped(cube)" and lift["ends_when"] == "end of demo"
+        assert grasp["start"] == 0 < grasp["end"] == lift["start"] < lift["end"] == demo["length"]
