@@ -157,3 +157,25 @@ def test_generate_until_n_successes_stops_early_and_reports_subtasks(tiny_lift_s
     subtasks = report["subtasks"]
     assert subtasks[0]["reached"] == report["attempts"]
     assert all(row["failed"] <= row["reached"] for row in subtasks)
+
+
+def test_verify_export_and_preview_commands_on_a_real_dataset(lift_dataset, tmp_path, capsys):
+    import h5py
+
+    from factory.cli import main
+
+    assert main(["verify", str(lift_dataset)]) == 0
+    assert main(["export", str(lift_dataset), "--to", "robomimic", str(tmp_path / "lift.hdf5")]) == 0
+    with h5py.File(tmp_path / "lift.hdf5", "r") as f:
+        assert len(f["data"]) == len(load_episodes(lift_dataset))
+    assert main(["preview", str(lift_dataset), "--out", str(tmp_path / "preview")]) == 0
+    assert (tmp_path / "preview" / "contact_sheet.png").stat().st_size > 0
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-r", str(lift_dataset), str(broken)], check=True)
+    shard = sorted(shards_dir(broken).glob("*.tar"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["verify", str(broken)]) == 2
+    assert shard.name in capsys.readouterr().err
