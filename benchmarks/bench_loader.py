@@ -42,18 +42,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from shards import (
-    Episode,
-    EpisodeRecord,
-    Manifest,
-    compute_stats,
-    save_dataset_info,
-    save_episodes,
-    save_manifest,
-    save_stats,
-    shards_dir,
-    write_shard,
-)
+from shards import Episode, shards_dir
+from shards.dataset import write_dataset
 from shards.export_robomimic import export_robomimic
 from shards.loader import _decode_jpeg, make_loader
 
@@ -78,10 +68,8 @@ def _frame(episode: int, step: int, camera: int, size: int) -> bytes:
 def build_dataset(root: Path, episodes: int, length: int, size: int) -> list[bytes]:
     """A whole dataset under `root`; returns every JPEG it holds (the ceiling's input)."""
     rng = np.random.default_rng(0)
-    shards_dir(root).mkdir(parents=True)
-    manifest, records, frames = Manifest(), [], []
+    written, frames = [], []
     for shard in range((episodes + EPISODES_PER_SHARD - 1) // EPISODES_PER_SHARD):
-        written = []
         for index in range(shard * EPISODES_PER_SHARD, min(episodes, (shard + 1) * EPISODES_PER_SHARD)):
             images = {name: [_frame(index, t, c, size) for t in range(length)] for c, name in enumerate(CAMERAS)}
             frames += [jpeg for camera_frames in images.values() for jpeg in camera_frames]
@@ -90,13 +78,8 @@ def build_dataset(root: Path, episodes: int, length: int, size: int) -> list[byt
                 actions=rng.uniform(-1, 1, size=(length, 7)), states=np.cumsum(rng.normal(size=(length, 9)), 0),
                 sim_states=rng.normal(size=(length, 20)), images=images, provenance={"source_demo": "demo_0"},
             ))
-        manifest = manifest.with_shard(write_shard(written, shards_dir(root), shard))
-        records += [EpisodeRecord.from_episode(ep) for ep in written]
-    save_stats(root, compute_stats(root, [info.name for info in manifest.shards]),
-               {"episodes": episodes, "transitions": episodes * length})
-    save_episodes(root, records)
     task = {"env": "Stack", "robot": "Panda", "controller": "OSC_POSE", "control_freq": 20}
-    save_dataset_info(root, {
+    write_dataset(root, written, {
         "name": "bench", "fps": 20, "env": "Stack", "robot": "Panda",
         "cameras": [{"name": name, "width": size, "height": size, "format": "jpg"} for name in CAMERAS],
         "state": {"dim": 9, "layout": STATE_LAYOUT},
@@ -104,7 +87,6 @@ def build_dataset(root: Path, episodes: int, length: int, size: int) -> list[byt
         "sim_state": {"dim": 20, "layout": "time, qpos, qvel (MuJoCo, flattened)"},
         "spec": {"name": "bench", "task": task},
     })
-    save_manifest(root, manifest)
     return frames
 
 

@@ -1,71 +1,143 @@
 """Run shards on Ray: one actor per worker, each owning a robosuite env for its lifetime.
 
-    driver: queue of ShardTasks ──► idle actor.run_shard(task) ──► ShardResult ──► on_result
-    actors ──► progress queue (one item per attempt: success or not) ──► on_attempt
+    driver: queue of ShardTasks ──► a started, idle actor: run_shard(task) ──► ShardResult (+ node) ──► on_result
+    actors ──► progress queue, on the driver's node: (shard, success) per attempt ──► on_attempt
 
-Ray appears nowhere outside `cluster/`: the actors call the same `ShardWorker`
-that tests call directly. A shard whose actor dies is handed to a fresh actor;
-shards are deterministic, so the redo writes the same bytes.
+Only small records cross the object store (the spec and annotated demos once, then tasks,
+results, progress); each actor writes its shard to the shared output directory itself.
+Ray appears nowhere outside `cluster/`: the actors call the same `ShardWorker` that tests
+call directly.
+
+Faults, and what happens:
+  an actor dies mid-shard (killed, OOM, node lost)   its shard goes back to the front of the queue and a
+                                                     fresh actor starts; shards are deterministic, so the
+                                                     redo writes the same bytes. A shard whose worker died
+                                                     `max_shard_retries` times is an error (it crashes workers).
+  an actor fails in __init__                          an error at once: every worker would fail alike.
+  a shard raises (e.g. the disk is full)              no new shard starts; running ones finish and are
+                                                     recorded; then the error (one line for an OSError).
+  the driver dies                                     Ray ends its actors; a re-run resumes from the manifest.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
-from collections import deque
+import re
+import subprocess
+import sys
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 from ray.util.queue import Empty, Queue
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cluster.gpu import apply_gpu_render_env
+from cluster.reaper import children, release, watch_local_cluster
 from factory.errors import UserError
-from factory.pipeline import ShardResult, ShardTask, ShardWorker
-from factory.records import AnnotatedDemo
-from factory.spec import SceneSpec
+
+if TYPE_CHECKING:  # the actor module must not import mujoco before the actor picked its GPU
+    from factory.pipeline import ShardResult, ShardTask
+    from factory.records import AnnotatedDemo
+    from factory.spec import SceneSpec
 
 # Environment the workers need; forwarded so that a remote cluster renders like the driver.
 _FORWARDED_ENV = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "MUJOCO_EGL_DEVICE_ID")
+_POLL_S = 0.25  # how often the driver drains the progress queue while shards run
 
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    workers: int  # actors (one CPU each)
-    address: str | None = None  # an existing cluster ("auto", "ray://host:10001", ...); None: start one
-    max_actor_restarts: int = 3  # actors replaced after dying, over the whole run
+    workers: int | None  # actors, one CPU each; None: one per CPU the cluster has when the run starts
+    address: str | None = None  # an existing cluster ("auto", "10.0.0.1:6379", ...); None: start one
+    max_shard_retries: int = 3  # times one shard may lose its worker before the run gives up
+    gpus_per_worker: float = 0.0  # GPUs per actor (fractions share a GPU); > 0: MuJoCo renders with EGL on it
 
 
-def connect(config: ClusterConfig) -> bool:
-    """Connect to Ray; returns True when this call started the local cluster (and so owns it)."""
+class ClusterError(UserError):
+    """The cluster cannot make progress: workers that cannot start, a shard that kills its workers."""
+
+
+class ShardWriteError(UserError):
+    """A worker could not write its shard (disk full, read-only, quota): one line, naming shard and errno."""
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Where an actor runs: Ray node id, process id, GPU ids Ray assigned."""
+
+    node: str
+    pid: int
+    gpus: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return f"worker pid {self.pid} on node {self.node[:8]}"
+
+
+def connect(config: ClusterConfig) -> subprocess.Popen | None:
+    """Connect to Ray. Returns the reaper of the local cluster this call started (and so owns:
+    it ends that cluster even if this process is SIGKILLed), None when joining one."""
     if ray.is_initialized():
-        return False
+        return None
     env_vars = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
     runtime_env = {"env_vars": env_vars} if env_vars else None
     address = config.address or os.environ.get("RAY_ADDRESS")
     try:
         if address:
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-            return False
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+            return None
+        before = children(os.getpid())
         ray.init(
             num_cpus=config.workers,
             include_dashboard=False,
             log_to_driver=False,  # robosuite chatter in workers; errors still come back as exceptions
             runtime_env=runtime_env,
+            logging_level=logging.WARNING,  # no "Started a local Ray instance" lines above the bar
         )
     except ConnectionError as err:
         raise UserError(f"--address {address}: cannot connect to a Ray cluster ({err})") from None
-    return True
+    started = {pid: t for pid, t in children(os.getpid()).items() if before.get(pid) != t}  # gcs, raylet, ...
+    return watch_local_cluster(started)
 
 
-class _RayShardWorker(ShardWorker):
-    """The actor: a ShardWorker that reports each attempt to a progress queue."""
+class _ShardActor:
+    """The actor: picks its GPU (if any), then holds one ShardWorker for its lifetime."""
 
-    def run_shard_reporting(self, task: ShardTask, out_dir: str, progress: Queue) -> ShardResult:
-        return self.run_shard(task, Path(out_dir), on_attempt=lambda ok: progress.put_nowait(bool(ok)))
+    def __init__(self, spec: SceneSpec, demos: Sequence[AnnotatedDemo]):
+        context = ray.get_runtime_context()
+        self.info = WorkerInfo(context.get_node_id(), os.getpid(), tuple(str(g) for g in ray.get_gpu_ids()))
+        apply_gpu_render_env(self.info.gpus)  # before this process creates its first renderer
+        from factory.pipeline import ShardWorker  # imports mujoco (and so fixes MUJOCO_GL)
 
-    def ping(self) -> bool:
-        return True
+        self.worker = ShardWorker(spec, demos)
+
+    def describe(self) -> WorkerInfo:
+        return self.info
+
+    def run_shard(self, task: ShardTask, out_dir: str, progress: Queue) -> ShardResult:
+        result = self.worker.run_shard(task, Path(out_dir), on_attempt=_Reporter(progress, task.index))
+        return dataclasses.replace(result, node=self.info.node)
+
+
+class _Reporter:
+    """on_attempt inside the actor: one (shard, success) item per attempt onto the progress queue."""
+
+    def __init__(self, progress: Queue, shard: int):
+        self.progress, self.shard, self.lost = progress, shard, False
+
+    def __call__(self, success: bool) -> None:
+        if self.lost:
+            return
+        try:
+            self.progress.put_nowait((self.shard, bool(success)))
+        except Exception:  # noqa: BLE001 - the bar is display only: losing it must not lose the shard
+            self.lost = True
 
 
 def run_shards(
@@ -75,63 +147,140 @@ def run_shards(
     out_dir: Path,
     config: ClusterConfig,
     on_result: Callable[[ShardResult], None],
-    on_attempt: Callable[[bool], None] | None = None,
+    on_attempt: Callable[[int, bool], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    on_workers: Callable[[int], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> None:
     """Run the tasks in order on the cluster; `on_result` is called in the driver as each shard
-    lands. Once `should_stop()` is true no new shard starts (running ones finish)."""
+    lands, `on_attempt(shard index, success)` per attempt, `on_workers(n)` when the number of
+    live workers changes, `on_warning(line)` when a worker dies and its shard is redone.
+    Once `should_stop()` is true no new shard starts (running ones finish)."""
     if not tasks:
         return
-    owns = connect(config)
+    reaper = connect(config)
+    dispatcher = None
     try:
-        _Dispatcher(spec, demos, out_dir, config, on_result, on_attempt).run(tasks, should_stop)
+        dispatcher = _Dispatcher(spec, demos, out_dir, config, on_result, on_attempt, on_workers, on_warning)
+        dispatcher.run(tasks, should_stop)
     finally:
-        if owns:
+        if dispatcher is not None:
+            dispatcher.close()
+        if reaper is not None:  # the local cluster is ours
             ray.shutdown()
+            release(reaper)
+
+
+@dataclass
+class _Worker:
+    actor: object  # the ActorHandle
+    info: WorkerInfo | None = None
 
 
 class _Dispatcher:
-    def __init__(self, spec, demos, out_dir: Path, config: ClusterConfig, on_result, on_attempt):
+    def __init__(self, spec, demos, out_dir: Path, config: ClusterConfig, on_result, on_attempt, on_workers,
+                 on_warning):
         self.config, self.on_result, self.on_attempt = config, on_result, on_attempt
+        self.on_workers = on_workers or (lambda n: None)
+        self.on_warning = on_warning or (lambda line: print(f"warning: {line}", file=sys.stderr))
+        cluster = ray.cluster_resources()
+        self.workers = config.workers or max(1, int(cluster.get("CPU", 1)))
         self.out_dir = str(Path(out_dir).resolve())
-        self.progress = Queue(maxsize=0, actor_options={"num_cpus": 0})
-        self.actor_class = ray.remote(num_cpus=1, max_restarts=0)(_RayShardWorker)
+        # The queue actor lives on the driver's node: losing another node must not lose the progress.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        self.progress = Queue(maxsize=0, actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        options = {"num_cpus": 1, "max_restarts": 0}
+        if config.gpus_per_worker > 0:
+            options["num_gpus"] = config.gpus_per_worker
+            if not cluster.get("GPU"):
+                self.on_warning(f"{config.gpus_per_worker} GPU per worker asked, and the cluster has no GPU (yet): "
+                                "the workers start once GPU nodes join")
+        self.actor_class = ray.remote(**options)(_ShardActor)
         self.spec_ref, self.demos_ref = ray.put(spec), ray.put(list(demos))
-        self.restarts = 0
-
-    def _new_actor(self):
-        return self.actor_class.remote(self.spec_ref, self.demos_ref)
+        self.starting: dict = {}  # describe() ref -> _Worker
+        self.idle: list[_Worker] = []
+        self.running: dict = {}  # run_shard ref -> (_Worker, ShardTask)
+        self.deaths: Counter = Counter()  # shard index -> workers lost while running it
+        self.lost_while_starting = 0
+        self.error: BaseException | None = None
 
     def run(self, tasks: Sequence[ShardTask], should_stop: Callable[[], bool]) -> None:
         queue = deque(tasks)
-        idle = [self._new_actor() for _ in range(min(self.config.workers, len(tasks)))]
-        running: dict = {}  # object ref -> (actor, task)
-        while running or (queue and not should_stop()):
-            while queue and idle and not should_stop():
-                actor, task = idle.pop(), queue.popleft()
-                ref = actor.run_shard_reporting.remote(task, self.out_dir, self.progress)
-                running[ref] = (actor, task)
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=0.25)
+        for _ in range(min(self.workers, len(tasks))):
+            self._start_worker()
+        stopping = lambda: self.error is not None or should_stop()  # noqa: E731
+        while self.running or (queue and not stopping()):
+            while queue and self.idle and not stopping():
+                worker, task = self.idle.pop(), queue.popleft()
+                self.running[worker.actor.run_shard.remote(task, self.out_dir, self.progress)] = (worker, task)
+            refs = list(self.running) + list(self.starting)
+            if not refs:
+                break
+            ready, rest = ray.wait(refs, num_returns=1, timeout=_POLL_S)
+            if ready and rest:  # everything else done by now too, in one pass: many workers, one driver
+                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             self._drain_progress()
             for ref in ready:
-                actor, task = running.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except RayActorError:
-                    queue.appendleft(task)  # the shard is redone from scratch, elsewhere
-                    idle.append(self._replace(actor))
-                    continue
-                self._drain_progress()
-                self.on_result(result)
-                idle.append(actor)
+                if ref in self.starting:
+                    self._started(self.starting.pop(ref), ref)
+                else:
+                    self._finished(*self.running.pop(ref), ref, queue)
         self._drain_progress()
+        if self.error is not None:
+            raise self.error
 
-    def _replace(self, dead_actor):
-        self.restarts += 1
-        if self.restarts > self.config.max_actor_restarts:
-            raise RuntimeError(f"{self.restarts} workers died; giving up (max_actor_restarts exceeded)")
-        ray.kill(dead_actor, no_restart=True)
-        return self._new_actor()
+    def _start_worker(self) -> None:
+        actor = self.actor_class.remote(self.spec_ref, self.demos_ref)
+        self.starting[actor.describe.remote()] = _Worker(actor)
+
+    def _started(self, worker: _Worker, ref) -> None:
+        try:
+            worker.info = ray.get(ref)
+        except RayActorError as err:
+            if err.actor_init_failed:
+                self._fail(ClusterError(f"a worker failed to start: {_raised(err)}"))
+                return
+            self.lost_while_starting += 1  # e.g. its node went away; bounded so that a crash loop ends
+            if self.lost_while_starting > self.config.max_shard_retries * self.workers:
+                self._fail(ClusterError(f"{self.lost_while_starting} workers died while starting; last: {_death_reason(err)}"))
+            else:
+                self.on_warning(f"a worker died while starting ({_death_reason(err)}); starting another")
+                self._start_worker()
+            return
+        self.idle.append(worker)
+        self._report_workers()
+
+    def _finished(self, worker: _Worker, task: ShardTask, ref, queue: deque) -> None:
+        try:
+            result = ray.get(ref)
+        except RayActorError as err:
+            self._lost(worker, task, err, queue)
+            return
+        except RayTaskError as err:
+            self.idle.append(worker)
+            self._fail(_shard_error(task, err, self.out_dir))
+            return
+        self.on_result(result)  # its attempts were drained just before: they were queued before it returned
+        self.idle.append(worker)
+
+    def _lost(self, worker: _Worker, task: ShardTask, err: RayActorError, queue: deque) -> None:
+        ray.kill(worker.actor, no_restart=True)
+        self._report_workers()
+        self.deaths[task.index] += 1
+        why = "its node was preempted" if getattr(err, "preempted", False) else _death_reason(err)
+        if self.deaths[task.index] > self.config.max_shard_retries:
+            self._fail(ClusterError(f"{task.name}: its worker died {self.deaths[task.index]} times; giving up (last: {why})"))
+            return
+        queue.appendleft(task)  # redone from scratch, on whichever worker is free first
+        self.on_warning(f"{worker.info.describe()} died during {task.name} ({why}); the shard is redone")
+        self._start_worker()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+
+    def _report_workers(self) -> None:
+        self.on_workers(len(self.idle) + len(self.running))
 
     def _drain_progress(self) -> None:
         while True:
@@ -141,6 +290,48 @@ class _Dispatcher:
                 return
             if not items:
                 return
-            for ok in items:
+            for shard, success in items:
                 if self.on_attempt is not None:
-                    self.on_attempt(ok)
+                    self.on_attempt(shard, success)
+
+    def close(self) -> None:
+        """End every actor of this run (idle, starting, and the progress queue)."""
+        actors = [w.actor for w in self.idle] + [w.actor for w in self.starting.values()]
+        actors += [w.actor for w, _ in self.running.values()] + [self.progress.actor]
+        for actor in actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone, or the cluster is; nothing is left to end
+                pass
+        self.idle.clear()
+        self.starting.clear()
+        self.running.clear()
+
+
+def _shard_error(task: ShardTask, err: RayTaskError, out_dir: str) -> BaseException:
+    """A one-line error for a shard that could not be written; any other error as raised."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, OSError):
+        text = f"[Errno {cause.errno}] {cause.strerror}" if cause.errno else str(cause)
+        return ShardWriteError(
+            f"{Path(out_dir) / 'shards' / task.name}: cannot write the shard: {text}; "
+            "finished shards stay listed in manifest.json: fix this and run the same command again to resume"
+        )
+    return err
+
+
+def _death_reason(err: RayActorError) -> str:
+    """Ray's own words for why a worker died ("Worker unexpectedly exits with ...", "... low on memory")."""
+    found = re.search(r"Worker exit detail: (.+?)(?:\.\s|$)", str(err), flags=re.S)
+    return " ".join(found.group(1).split()) if found else _first_line(err)
+
+
+def _raised(err: BaseException) -> str:
+    """The exception line ("GpuRenderError: ...") at the end of a remote traceback."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return re.sub(r"^(?:\w+\.)+(?=\w+(?:Error|Exception)\b)", "", lines[-1]) if lines else type(err).__name__
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(getattr(err, "cause", None) or err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

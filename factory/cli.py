@@ -8,6 +8,8 @@
     factory verify out/stack           # checksums, sample counts, episodes, stats
     factory export out/stack --to lerobot out/stack-lerobot
     factory export out/stack --to robomimic out/stack.hdf5
+    factory seeds scene_specs/lift_lowdim.yaml --out out/lift-seeds        # the human seed demos as a dataset
+    factory train-eval out/lift_lowdim --spec scene_specs/lift_lowdim.yaml   # BC policy: rollout success, JSON
 
 Bad input (a spec, a seed file, an output directory) prints one line naming
 the file, the field and what was expected, and exits with code 2.
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -58,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="dataset directory (default: the spec's output.dir, or out/<name>)")
     p.add_argument("--attempts", type=_positive_int, help="generation attempts (overrides generation.attempts)")
     p.add_argument("--successes", type=_positive_int,
-                   help="stop once this many episodes succeeded (overrides generation.target_successes)")
-    p.add_argument("--workers", type=_positive_int, default=None, help="Ray actors (default: CPU count)")
+                   help="stop once this many attempts succeeded, each giving K episodes, "
+                        "K = appearance.variants_per_trajectory (overrides generation.target_successes)")
+    p.add_argument("--workers", type=_positive_int, default=None, help="Ray actors (default: one per CPU of the cluster)")
     p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else a local one)")
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -80,7 +82,34 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="summarize a dataset")
     p.add_argument("dataset", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    p = sub.add_parser("seeds", help="write a spec's human seed demos as a dataset (the baseline for train-eval)")
+    p.add_argument("spec", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="dataset directory (new or empty, or a previous seeds output)")
+
+    p = sub.add_parser("train-eval", help="train a behaviour-cloning policy on a dataset and report its rollout success")
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--spec", type=Path, required=True, help="the scene spec whose env, placement and seeds the rollouts use")
+    p.add_argument("--out", type=Path, help="also write the JSON report to this file")
+    p.add_argument("--save-policy", type=Path, help="save the trained policy (torch state dict) here")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _add_train_eval_flags(p)
     return parser
+
+
+def _add_train_eval_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per TrainEvalConfig field, with its default and comment as help."""
+    from factory.train_eval import TrainEvalConfig
+
+    for name, field in TrainEvalConfig.model_fields.items():
+        flag, kind = f"--{name.replace('_', '-')}", field.annotation
+        if kind is bool:
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, dest=f"cfg_{name}",
+                           help=f"default: {'on' if field.default else 'off'}")
+            continue
+        parse = float if kind in (float, float | None) else str if kind in (str, str | None) else int
+        p.add_argument(flag, type=parse, default=None, dest=f"cfg_{name}", metavar=name.upper(),
+                       help=f"default: {field.default}")
 
 
 def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None):
@@ -88,10 +117,15 @@ def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None
     from factory.resolve import resolve_spec
     from factory.run import check_output_dir
     from factory.spec import load_spec
+    from generators.texture_bank import check_texture_model
 
     spec = load_spec(path, overrides)
-    if out_dir is not None or overrides is not None:
-        check_output_dir(out_dir or spec.output_dir(), spec)
+    target = (out_dir or spec.output_dir()) if out_dir is not None or overrides is not None else None
+    if target is not None:
+        check_output_dir(target, spec)
+    bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
+    if bank is not None:  # the model must be on disk unless the bank is already made (reads no weights)
+        check_texture_model(bank, target, spec_path=spec.path)
     return resolve_spec(spec)
 
 
@@ -143,8 +177,7 @@ def cmd_run(args) -> int:
     if not resolved.demos:
         raise SpecError(args.spec, "seed_demos", "at least one seed demo file is needed to generate")
     out_dir = args.out or resolved.spec.output_dir()
-    workers = args.workers or max(1, os.cpu_count() or 1)
-    run_dataset(resolved, out_dir, workers, args.address, show_progress=not args.no_progress)
+    run_dataset(resolved, out_dir, args.workers, args.address, show_progress=not args.no_progress)
     print(format_summary(summarize(out_dir)))
     return 0
 
@@ -175,6 +208,10 @@ def cmd_verify(args) -> int:
     if not (args.dataset / "manifest.json").is_file():
         raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
     problems = verify_dataset(args.dataset)
+    if (args.dataset / "textures").is_dir():  # a generative texture bank (appearance.textures.bank)
+        from generators.texture_bank import verify_texture_bank
+
+        problems += [line.removeprefix(f"{args.dataset}/") for line in verify_texture_bank(args.dataset)]
     if problems:
         for line in problems:
             print(f"{args.dataset}/{line}", file=sys.stderr)
@@ -192,9 +229,44 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_seeds(args) -> int:
+    from factory.seeds import check_seeds_dir, write_seed_dataset
+    from factory.spec import load_spec
+
+    spec = load_spec(args.spec)
+    check_seeds_dir(args.out, spec.fingerprint())  # before the env is built
+    resolved = _load(args.spec)
+    print(json.dumps(write_seed_dataset(resolved, args.out)))
+    return 0
+
+
+def cmd_train_eval(args) -> int:
+    from pydantic import ValidationError
+
+    from factory.train_eval import TrainEvalConfig, train_eval
+
+    values = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
+    try:
+        config = TrainEvalConfig(**values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise UserError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    if not (args.dataset / "manifest.json").is_file():
+        raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
+    resolved = _load(args.spec)
+    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    report = train_eval(args.dataset, resolved, config, log=log, save=args.save_policy)
+    report["command"] = "factory " + " ".join(sys.argv[1:]) if sys.argv[1:] else "factory train-eval"
+    text = json.dumps(report)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
 COMMANDS = {"validate": cmd_validate, "annotate": cmd_annotate, "run": cmd_run, "preview": cmd_preview, "export": cmd_export,
             "verify": cmd_verify,
-            "inspect": cmd_inspect}
+            "inspect": cmd_inspect, "seeds": cmd_seeds, "train-eval": cmd_train_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

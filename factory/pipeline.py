@@ -3,7 +3,9 @@
     scene spec ──► prepare: build env, load + annotate seed demos (driver, once)
                ──► plan shards: shard i = attempts [i*k, (i+1)*k), seeds from (spec seed, i, attempt)
                ──► ShardWorker.run_shard per shard (in a Ray actor, or in-process in tests):
-                     generate attempts (physics only) ──► successes ──► render ──► write tar
+                     generate attempts (physics only) ──► successes
+                       ──► per success, K appearance variants: apply look ──► render ──► restore model
+                       ──► write tar (episode a*K + k = variant k of attempt a)
                ──► driver, per finished shard: generation.json, then manifest.json (the commit point)
                ──► finish: episodes.jsonl, stats.json
 
@@ -21,11 +23,12 @@ from pathlib import Path
 
 from factory.annotate import annotate_demo
 from factory.demos import load_seed_demos
-from factory.errors import SpecError
+from factory.errors import SpecError, UserError
 from factory.records import AnnotatedDemo, Attempt
 from factory.render import FrameRenderer
 from factory.sim import Scene
 from factory.spec import SceneSpec
+from generators.appearance import AppearanceDraw, AppearanceRandomizer, variant_rng
 from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from shards import Episode, EpisodeRecord, ShardInfo, shard_name, shards_dir, write_shard
 
@@ -49,12 +52,13 @@ class ShardResult:
     task: ShardTask
     info: ShardInfo
     attempts: int
-    successes: int
+    successes: int  # successful attempts (trajectories); each gave K episodes
     failures: dict[str, int]  # failure kind -> count
-    episodes: tuple[EpisodeRecord, ...]
+    episodes: tuple[EpisodeRecord, ...]  # K per success: one per appearance variant
     wall_s: float
     steps_simulated: int = 0
     subtasks: dict[str, dict[str, int]] = field(default_factory=dict)  # index -> reached, failed, retries
+    node: str = ""  # Ray node id of the worker that wrote it ("" when run outside Ray)
 
     def to_json(self) -> dict:
         return {
@@ -66,6 +70,7 @@ class ShardResult:
             "steps_simulated": self.steps_simulated,
             "subtasks": self.subtasks,
             "episodes": [e.to_json() for e in self.episodes],
+            "node": self.node,
         }
 
 
@@ -99,7 +104,7 @@ def failure_kind(reason: str) -> str:
 
 
 class ShardWorker:
-    """Owns one Scene and one renderer for its lifetime; runs whole shards.
+    """Owns one Scene, one renderer and one appearance randomizer for its lifetime; runs whole shards.
 
     The same class runs inside a Ray actor (cluster/) and directly in tests.
     """
@@ -109,38 +114,90 @@ class ShardWorker:
         self.demos = list(demos)
         self.scene = scene if scene is not None else Scene(spec)
         self.renderer = FrameRenderer(self.scene, spec.cameras, spec.render)
+        # Binds the spec's surfaces now (a bad surface fails here); the bank is loaded by run_shard.
+        self.appearance = AppearanceRandomizer(spec, self.scene.model, upload=self.renderer.upload_textures)
+        self._bank_loaded = False
+
+    @property
+    def variants(self) -> int:
+        """K: episodes rendered per successful trajectory."""
+        return self.spec.appearance.variants_per_trajectory
 
     def run_attempt(self, task: ShardTask, attempt_id: int) -> Attempt:
         plan = AttemptPlan(attempt_id, task.index, attempt_seed(self.spec.seed, task.index, attempt_id))
         return generate_attempt(self.scene, self.demos, plan)
 
-    def make_episode(self, attempt: Attempt) -> Episode:
-        images = self.renderer.render_states(attempt.states)
+    def draw_variant(self, attempt: Attempt, variant: int) -> AppearanceDraw:
+        """The look of variant `variant` of `attempt`: the model as it is for variant 0 when
+        `keep_original`, else drawn from a seed derived from (spec seed, attempt seed, variant)."""
+        if variant == 0 and self.spec.appearance.keep_original:
+            return AppearanceDraw()
+        return self.appearance.draw(variant_rng(self.spec.seed, attempt.seed, variant))
+
+    def make_episode(self, attempt: Attempt, variant: int = 0) -> Episode:
+        """Variant `variant` of a successful attempt, rendered under its own appearance.
+
+        Episode index `attempt_id * K + variant` (K = variants_per_trajectory): unique in the
+        dataset, ascending within a shard, and equal to the attempt id when K = 1. The model
+        is restored before returning, so physics and later variants never see the change.
+        """
+        draw = self.draw_variant(attempt, variant)
+        self.appearance.apply(draw)
+        try:
+            frames = self.renderer.render_frames(attempt.states)
+        finally:
+            # GL copies of restored textures are re-uploaded by the next apply(), once.
+            self.appearance.restore(sync=False)
+        provenance = {**attempt.provenance, "trajectory": attempt.attempt_id, "variant": variant,
+                      "appearance": draw.to_json()}
         return Episode(
-            index=attempt.attempt_id,
+            index=attempt.attempt_id * self.variants + variant,
             shard=attempt.shard,
             instruction=instruction_for(self.spec, attempt.seed),
             seed=attempt.seed,
             actions=attempt.actions,
             states=attempt.proprio,
             sim_states=attempt.states,
-            images=images,
-            provenance=dict(attempt.provenance),
+            images=frames.images,
+            depth=frames.depth,
+            segmentation=frames.segmentation,
+            provenance=provenance,
         )
+
+    def load_bank(self, dataset_dir: Path) -> None:
+        """Give the randomizer the dataset's texture bank, once per worker (when the spec has one)."""
+        textures = self.spec.appearance.textures
+        if self._bank_loaded or textures is None or textures.bank is None:
+            return
+        # Imported here: only a spec with a bank needs it.
+        from generators.texture_bank import load_texture_bank
+
+        bank = load_texture_bank(dataset_dir)
+        if not bank:
+            raise UserError(f"{dataset_dir}: appearance.textures.bank is set in the spec but the dataset "
+                            "holds no texture bank; make the bank before running shards")
+        self.appearance.bank = list(bank)
+        self._bank_loaded = True
 
     def run_shard(
         self, task: ShardTask, out_dir: Path, on_attempt: Callable[[bool], None] | None = None
     ) -> ShardResult:
-        """Generate, render and write one shard; returns its summary."""
+        """Generate, render and write one shard; returns its summary.
+
+        `successes` counts successful attempts (physical trajectories); each one gives
+        K episodes, one per appearance variant.
+        """
         start = time.perf_counter()
-        episodes, failures, steps = [], Counter(), 0
+        self.load_bank(out_dir)
+        episodes, failures, steps, successes = [], Counter(), 0, 0
         subtasks = {str(i): {"reached": 0, "failed": 0, "retries": 0} for i in range(len(self.spec.subtasks))}
         for attempt_id in task.attempt_ids:
             attempt = self.run_attempt(task, attempt_id)
             steps += attempt.length
             _count_subtasks(subtasks, attempt)
             if attempt.success:
-                episodes.append(self.make_episode(attempt))
+                successes += 1
+                episodes.extend(self.make_episode(attempt, k) for k in range(self.variants))
             else:
                 failures[failure_kind(attempt.reason)] += 1
             if on_attempt is not None:
@@ -152,7 +209,7 @@ class ShardWorker:
             task=task,
             info=info,
             attempts=len(task.attempt_ids),
-            successes=len(episodes),
+            successes=successes,
             failures=dict(sorted(failures.items())),
             episodes=tuple(EpisodeRecord.from_episode(e) for e in episodes),
             wall_s=time.perf_counter() - start,
@@ -185,5 +242,6 @@ def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResu
         wall_s=float(entry["wall_s"]),
         steps_simulated=int(entry.get("steps_simulated", 0)),
         subtasks={k: dict(v) for k, v in entry.get("subtasks", {}).items()},
+        node=str(entry.get("node", "")),
     )
 

@@ -5,7 +5,8 @@
     dataset_info.json (cameras, fps) + episodes.jsonl (which shard holds an episode)
       -> per shard: one pass over its tar, stopping after the last wanted episode
       -> a stream of (episode, camera, step, RGB image), decoded only for the steps wanted
-      -> contact_sheet.png: a row an episode, first / middle / last frame of each camera
+      -> contact_sheet.png: a row an episode, first / middle / last frame of each camera;
+         the appearance variants of the first trajectory in adjacent rows, captioned "variant k"
       -> e00000000_<camera>.mp4: every frame of one episode, one file a camera
 
 Frames are drawn at an integer multiple of their size (nearest neighbour), so
@@ -151,12 +152,24 @@ def sheet_steps(length: int) -> tuple[int, int, int]:
     return 0, length // 2, length - 1
 
 
+def sheet_records(records: Sequence[EpisodeRecord], episodes: int) -> tuple[EpisodeRecord, ...]:
+    """The first `episodes` records by index, extended to every appearance variant of the first
+    trajectory: variant k of trajectory a is episode a * K + k, so they are adjacent rows."""
+    chosen = list(records[:episodes])
+    if records and "trajectory" in records[0].provenance:
+        first = records[0].provenance["trajectory"]
+        chosen += [r for r in records[len(chosen):] if r.provenance.get("trajectory") == first]
+    return tuple(chosen)
+
+
 def write_contact_sheet(dataset_dir: Path, out_png: Path, episodes: int = 6) -> Path:
     """A PNG grid of the first `episodes` episodes (by index) of a dataset; returns its path.
 
-    One row an episode, captioned with its index, instruction and length; for
-    each camera its first, middle and last frame (see `sheet_steps`). Raises
-    `UserError` for a missing or unreadable dataset or one without cameras.
+    One row an episode, captioned with its index, instruction and length (and, in a
+    dataset with appearance variants, its trajectory and variant); for each camera
+    its first, middle and last frame (see `sheet_steps`). Every variant of the first
+    trajectory is shown, in adjacent rows, even past `episodes`. Raises `UserError`
+    for a missing or unreadable dataset or one without cameras.
     """
     return _write_sheet(_load_dataset(dataset_dir), Path(out_png), episodes)
 
@@ -164,7 +177,7 @@ def write_contact_sheet(dataset_dir: Path, out_png: Path, episodes: int = 6) -> 
 def _write_sheet(dataset: _Dataset, out_png: Path, episodes: int) -> Path:
     if episodes < 1:
         raise UserError(f"episodes must be >= 1, got {episodes}")
-    chosen = dataset.records[:episodes]
+    chosen = sheet_records(dataset.records, episodes)
     wanted = {record.index: set(sheet_steps(record.length)) for record in chosen}
     frames: dict[tuple[int, str, int], Image.Image] = {}
     for shard, group in _by_shard(chosen).items():
@@ -408,7 +421,7 @@ def _draw_sheet(
         draw.line((_MARGIN, y - _ROW_GAP // 2, layout.width - _MARGIN, y - _ROW_GAP // 2), fill=_RULE)
         steps = sheet_steps(record.length)
         caption = (
-            f"episode {record.index}   \u201c{record.instruction}\u201d   "
+            f"episode {record.index}{_variant_caption(record)}   \u201c{record.instruction}\u201d   "
             f"{record.length} steps, showing t = {', '.join(map(str, steps))}"
         )
         draw.text((_MARGIN, y), _fit(draw, caption, font, text_width), fill=_TEXT, font=font)
@@ -417,6 +430,16 @@ def _draw_sheet(
                 x0, y0, _, _ = layout.cell_box(row, c, column)
                 sheet.paste(camera.display(frames[record.index, camera.name, step]), (x0, y0))
     return sheet
+
+
+def _variant_caption(record: EpisodeRecord) -> str:
+    """' · trajectory a, variant k' (' (original)' when its look is the unmodified scene); '' without variants."""
+    prov = record.provenance
+    if "variant" not in prov:
+        return ""
+    look = prov.get("appearance") or {}
+    original = " (original)" if not any(look.get(key) for key in ("surfaces", "lights", "cameras")) else ""
+    return f"  \u00b7  trajectory {prov.get('trajectory')}, variant {prov['variant']}{original}"
 
 
 def _font() -> Any:

@@ -28,6 +28,8 @@ def summarize(dataset_dir: Path) -> dict:
         for kind, n in s["failures"].items():
             failures[kind] = failures.get(kind, 0) + n
     planned = info["spec"]["generation"]["attempts"]
+    target = info["spec"]["generation"].get("target_successes")
+    seeds = info.get("source") == "seed_demos"  # written by `factory seeds`: nothing was generated
     subtasks = _subtask_table(info["spec"]["subtasks"], shards)
     return {
         "path": str(dataset_dir),
@@ -35,7 +37,9 @@ def summarize(dataset_dir: Path) -> dict:
         "env": info["env"],
         "attempts": attempts,
         "attempts_planned": planned,
-        "complete": attempts >= planned,
+        "complete": attempts >= planned or (target is not None and successes >= target) or seeds,
+        "source": info.get("source", "generated"),
+        "target_successes": target,
         "successes": successes,
         "success_rate": round(successes / attempts, 4) if attempts else 0.0,
         "failures": dict(sorted(failures.items())),
@@ -69,7 +73,7 @@ def format_summary(summary: dict) -> str:
     rows = [
         ("dataset", f"{summary['path']}  ({summary['name']}, {summary['env']})"),
         ("attempts", f"{summary['attempts']} of {summary['attempts_planned']} planned"
-                     + ("" if summary["complete"] else "  (incomplete: run again to resume)")),
+                     + _completion(summary)),
         ("successes", f"{summary['successes']}  ({summary['success_rate']:.1%})"),
         ("failures", ", ".join(f"{k}: {v}" for k, v in summary["failures"].items()) or "none"),
         ("retries", str(summary["retries"])),
@@ -94,3 +98,12 @@ def _human_bytes(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+def _completion(summary: dict) -> str:
+    if summary.get("source") == "seed_demos":
+        return "  (human seed demos, written by `factory seeds`: nothing generated)"
+    target = summary.get("target_successes")
+    if target is not None and summary["successes"] >= target:
+        return f"  (stopped at the target of {target} successes)"
+    return "" if summary["complete"] else "  (incomplete: run again to resume)"

@@ -1,24 +1,35 @@
 """`factory run`: the driver side of a dataset build, with resume.
 
     check the output directory (nothing written before the spec fully resolves)
-    ──► dataset_info.json ──► skip shards already in the manifest with a matching checksum
-    ──► cluster.run_shards ──► per shard: generation.json, then manifest.json (commit point)
+    ──► lock DIR/.lock (one driver per directory) ──► dataset_info.json
+    ──► skip shards already in the manifest with a matching checksum
+    ──► cluster.run_shards ──► per finished shard: generation.json, then manifest.json (commit point;
+        commits are spaced once they get expensive, see DatasetRecorder)
     ──► episodes.jsonl, stats.json
+
+A failed write (disk full, read-only) is one line naming the file and the errno text;
+shards already listed stay listed, and re-running the same command resumes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import platform
+import socket
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
 
 from factory.errors import UserError
 from factory.pipeline import ShardResult, ShardTask, plan_shards, result_from_json
-from factory.progress import AttemptProgress
+from factory.progress import ProgressState, RunProgress
 from factory.resolve import Resolved
 from factory.sim import ACTION_LAYOUT, PROPRIO_LAYOUT
 from factory.spec import SceneSpec
+from generators.texture_bank import ensure_texture_bank
 from shards import (
     DatasetError,
     Manifest,
@@ -32,16 +43,26 @@ from shards import (
     shards_dir,
     verify_shard,
 )
-from shards.format import dumps_json, read_json_file, write_text_atomic
+from shards.format import (
+    EPISODES_FILENAME,
+    MANIFEST_FILENAME,
+    STATS_FILENAME,
+    dumps_json,
+    read_json_file,
+    write_text_atomic,
+)
+from shards.metadata import camera_entry
 
 GENERATION_FILENAME = "generation.json"
+LOCK_FILENAME = ".lock"  # held by the running driver (flock); never part of the dataset
+GPUS_ENV = "DEMOFACTORY_GPUS_PER_WORKER"
 
 
 def check_output_dir(out_dir: Path, spec: SceneSpec) -> bool:
     """Refuse a directory holding anything but this spec's dataset; True when resuming."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: output path exists and is not a directory")
-    if not out_dir.exists() or not any(out_dir.iterdir()):
+    if not out_dir.exists() or not any(p.name != LOCK_FILENAME for p in out_dir.iterdir()):
         return False
     try:
         info = load_dataset_info(out_dir)
@@ -68,13 +89,18 @@ def dataset_info(spec: SceneSpec, state_size: int) -> dict:
         "fps": spec.task.control_freq,
         "env": spec.task.env,
         "robot": spec.task.robot,
-        "cameras": [{"name": c.name, "width": c.width, "height": c.height, "format": "jpg"} for c in spec.cameras],
+        "cameras": [
+            camera_entry(c.name, c.width, c.height, c.depth, c.segmentation, list(spec.objects)) for c in spec.cameras
+        ],
         "state": {"dim": sum(n for _, n in PROPRIO_LAYOUT), "layout": [[k, n] for k, n in PROPRIO_LAYOUT]},
         "action": {"dim": sum(n for _, n in ACTION_LAYOUT), "layout": [[k, n] for k, n in ACTION_LAYOUT],
                    "controller": spec.task.controller, "range": [-1.0, 1.0]},
         "sim_state": {"dim": state_size, "layout": "time, qpos, qvel (MuJoCo, flattened)"},
         "instructions": list(spec.instructions),
-        "sample_keys": ["<camera>.jpg", "action.npy", "state.npy", "sim_state.npy", "meta.json"],
+        "sample_keys": [
+            "<camera>.jpg", "<camera>_depth.png (cameras with depth)", "<camera>_seg.png (cameras with segmentation)",
+            "action.npy", "state.npy", "sim_state.npy", "meta.json",
+        ],
         "versions": versions,
         "spec_fingerprint": spec.fingerprint(),
         "spec": spec.model_dump(mode="json"),
@@ -95,10 +121,10 @@ def load_generation(out_dir: Path) -> dict:
 
 def finished_results(out_dir: Path, tasks: list[ShardTask]) -> dict[str, ShardResult]:
     """Shards already done: in the manifest, checksum matching, same attempts as planned."""
-    manifest, generation = load_manifest(out_dir), load_generation(out_dir)
+    listed, generation = load_manifest(out_dir).by_name(), load_generation(out_dir)
     done = {}
     for task in tasks:
-        info, entry = manifest.by_name().get(task.name), generation["shards"].get(task.name)
+        info, entry = listed.get(task.name), generation["shards"].get(task.name)
         if info is None or entry is None:
             continue
         planned = [task.attempt_ids[0], task.attempt_ids[-1] + 1]
@@ -107,25 +133,66 @@ def finished_results(out_dir: Path, tasks: list[ShardTask]) -> dict[str, ShardRe
     return done
 
 
-class DatasetRecorder:
-    """Driver-side bookkeeping: each finished shard is entered in generation.json, then the manifest."""
+class DatasetWriteError(UserError):
+    """The driver could not write a dataset file (disk full, read-only): one line, naming the file."""
 
-    def __init__(self, out_dir: Path, results: dict[str, ShardResult]):
-        self.out_dir, self.results = out_dir, dict(results)
-        self.manifest = Manifest(tuple(r.info for r in self.results.values()))
+
+class DatasetRecorder:
+    """Driver-side bookkeeping: finished shards are entered in generation.json, then the manifest.
+
+    A commit rewrites both files whole, so its cost grows with the dataset; commits are
+    spaced to keep that under ~5% of the driver's time (every shard, until a commit takes
+    longer than a few milliseconds). Shards finished but not yet committed when the driver
+    dies are simply redone on resume.
+    """
+
+    COMMIT_COST_SHARE = 0.05  # at most this share of wall time spent rewriting generation/manifest
+
+    def __init__(self, out_dir: Path, results: dict[str, ShardResult], clock=time.monotonic):
+        self.out_dir, self.results, self._clock = out_dir, dict(results), clock
+        self._extra = {k: v for k, v in load_generation(out_dir).items() if k != "shards"}
+        self._pending, self._last_commit, self._commit_s = 0, float("-inf"), 0.0
+
+    @property
+    def manifest(self) -> Manifest:
+        return Manifest(tuple(r.info for r in self.results.values()))
 
     def record(self, result: ShardResult) -> None:
         self.results[result.task.name] = result
+        self._pending += 1
+        self.maybe_commit()
+
+    def maybe_commit(self) -> None:
+        """Commit what is pending unless the last commit was too recent (see the class doc)."""
+        if self._pending and self._clock() - self._last_commit >= self._commit_s / self.COMMIT_COST_SHARE:
+            self.commit()
+
+    def commit(self) -> None:
+        """Write generation.json, then manifest.json (last: a shard counts only once listed there)."""
+        if not self._pending:
+            return
+        start = self._clock()
         self._save_generation()
-        self.manifest = self.manifest.with_shard(result.info)
-        save_manifest(self.out_dir, self.manifest)  # last: a shard counts only once listed here
+        self._save(MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest))
+        self._pending, self._last_commit = 0, self._clock()
+        self._commit_s = self._last_commit - start
 
     def _save_generation(self, wall_s: float | None = None) -> None:
-        data = load_generation(self.out_dir)
-        data["shards"] = {name: r.to_json() for name, r in sorted(self.results.items())}
         if wall_s is not None:
-            data["wall_s"] = round(data.get("wall_s", 0.0) + wall_s, 3)
-        write_text_atomic(self.out_dir / GENERATION_FILENAME, dumps_json(data, indent=2))
+            self._extra["wall_s"] = round(self._extra.get("wall_s", 0.0) + wall_s, 3)
+        data = {**self._extra, "shards": {name: r.to_json() for name, r in sorted(self.results.items())}}
+        path = self.out_dir / GENERATION_FILENAME
+        self._save(GENERATION_FILENAME, lambda: write_text_atomic(path, dumps_json(data, indent=2)))
+
+    def _save(self, name: str, write) -> None:
+        try:
+            write()
+        except OSError as err:
+            text = f"[Errno {err.errno}] {err.strerror}" if err.errno else str(err)
+            raise DatasetWriteError(
+                f"{self.out_dir / name}: cannot write: {text}; shards listed in manifest.json are kept: "
+                "fix this and run the same command again to resume"
+            ) from None
 
     def prefix_for(self, target: int | None, tasks: list[ShardTask]) -> list[ShardTask] | None:
         """The shortest run of finished shards 0..j holding `target` successes, if there is one.
@@ -147,22 +214,24 @@ class DatasetRecorder:
     def keep_only(self, kept: list[ShardTask]) -> None:
         """Drop finished shards past a "generate until N" prefix, from the records and the disk."""
         names = {t.name for t in kept}
-        for name in [n for n in self.results if n not in names]:
+        dropped = [n for n in self.results if n not in names]
+        for name in dropped:
             del self.results[name]
+        self._save(MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest))  # unlisted first
+        for name in dropped:
             (shards_dir(self.out_dir) / name).unlink(missing_ok=True)
-        self.manifest = Manifest(tuple(r.info for r in self.results.values()))
-        save_manifest(self.out_dir, self.manifest)
 
     def finish(self, wall_s: float) -> None:
         """Write episodes.jsonl and stats.json from every finished shard."""
         self._save_generation(wall_s)
-        save_manifest(self.out_dir, self.manifest)
+        self._save(MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest))
+        self._pending = 0
         records = [e for r in self.results.values() for e in r.episodes]
-        save_episodes(self.out_dir, records)
+        self._save(EPISODES_FILENAME, lambda: save_episodes(self.out_dir, records))
         names = [info.name for info in self.manifest.shards if info.samples > 0]
         extra = {"episodes": len(records), "transitions": sum(e.length for e in records)}
         if names:
-            save_stats(self.out_dir, compute_stats(self.out_dir, names), extra)
+            self._save(STATS_FILENAME, lambda: save_stats(self.out_dir, compute_stats(self.out_dir, names), extra))
 
 
 def _remove_stale_temporaries(out_dir: Path) -> None:
@@ -171,35 +240,105 @@ def _remove_stale_temporaries(out_dir: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def run_dataset(resolved: Resolved, out_dir: Path, workers: int, address: str | None, show_progress: bool = True) -> None:
-    """Build (or resume) the dataset of `resolved.spec` in `out_dir` on Ray."""
+def lock_output_dir(out_dir: Path):
+    """Lock DIR/.lock: one driver per dataset directory. Returns the open file; closing it unlocks.
+
+    The kernel drops the lock when the process ends, however it ends (a SIGKILLed driver
+    does not block its re-run).
+    """
+    path = out_dir / LOCK_FILENAME
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(
+            f"{out_dir}: another `factory run` is writing this dataset ({holder}); wait for it or choose another --out"
+        ) from None
+    except OSError as err:  # a file system without locks (some NFS set-ups): run, but say so
+        print(f"warning: {path}: cannot lock ({err.strerror}); make sure no other run writes here", file=sys.stderr)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+def gpus_per_worker(spec: SceneSpec) -> float:
+    """GPUs per Ray actor: $DEMOFACTORY_GPUS_PER_WORKER, else the spec's render.gpus_per_worker (0: CPU)."""
+    text = os.environ.get(GPUS_ENV)
+    if text is not None:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UserError(f"${GPUS_ENV}: expected a number >= 0 (e.g. 1 or 0.25), got {text!r}") from None
+        if value < 0:
+            raise UserError(f"${GPUS_ENV}: expected a number >= 0 (e.g. 1 or 0.25), got {text!r}")
+        return value
+    return spec.render.gpus_per_worker
+
+
+def run_dataset(
+    resolved: Resolved, out_dir: Path, workers: int | None, address: str | None, show_progress: bool = True,
+) -> None:
+    """Build (or resume) the dataset of `resolved.spec` in `out_dir` on Ray.
+
+    `workers` None: one per CPU of the cluster (the local one started, or the one at `address`).
+    """
+    resuming = check_output_dir(out_dir, resolved.spec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with lock_output_dir(out_dir):
+        _run_locked(resolved, out_dir, resuming, workers, address, show_progress)
+
+
+def _run_locked(resolved: Resolved, out_dir: Path, resuming: bool, workers: int | None, address: str | None,
+                show_progress: bool) -> None:
     from cluster.runner import ClusterConfig, run_shards
 
     spec = resolved.spec
-    resuming = check_output_dir(out_dir, spec)
     tasks = plan_shards(spec)
     done = finished_results(out_dir, tasks) if resuming else {}
-    out_dir.mkdir(parents=True, exist_ok=True)
     shards_dir(out_dir).mkdir(exist_ok=True)
     _remove_stale_temporaries(out_dir)
     save_dataset_info(out_dir, dataset_info(spec, resolved.scene.state_size))
+    bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
+    if bank is not None:  # once per dataset, before any worker needs it; reused when complete
+        ensure_texture_bank(bank, out_dir, spec_path=spec.path, progress=show_progress)
     recorder = DatasetRecorder(out_dir, done)
     target = spec.generation.target_successes
     todo = [t for t in tasks if t.name not in done]
     if recorder.prefix_for(target, tasks) is not None:
         todo = []
+    config = ClusterConfig(workers=workers, address=address, gpus_per_worker=gpus_per_worker(spec))
+    state = ProgressState(shards_total=len(tasks), attempts_total=spec.generation.attempts, target_successes=target,
+                          variants=spec.appearance.variants_per_trajectory)
     start = time.perf_counter()
-    with AttemptProgress(total=spec.generation.attempts, enabled=show_progress) as progress:
-        progress.advance_done(sum(r.attempts for r in done.values()), sum(r.successes for r in done.values()))
-        config = ClusterConfig(workers=workers, address=address)
-        run_shards(
-            spec, resolved.demos, todo, out_dir, config, on_result=recorder.record, on_attempt=progress.attempt,
-            should_stop=lambda: recorder.prefix_for(target, tasks) is not None,
-        )
+    with RunProgress(state, enabled=show_progress) as progress:
+        progress.resumed(len(done), sum(r.attempts for r in done.values()), sum(r.successes for r in done.values()))
+
+        def on_result(result: ShardResult) -> None:
+            recorder.record(result)
+            progress.shard_done(result)
+
+        def should_stop() -> bool:  # asked between shards, a few times a second
+            recorder.maybe_commit()  # a deferred commit does not wait for the next shard
+            return recorder.prefix_for(target, tasks) is not None
+
+        try:
+            run_shards(
+                spec, resolved.demos, todo, out_dir, config, on_result=on_result, on_attempt=progress.attempt,
+                should_stop=should_stop,
+                on_workers=progress.workers, on_warning=progress.warn,
+            )
+        except BaseException:
+            with contextlib.suppress(DatasetWriteError):  # the first error is the one to report
+                recorder.commit()  # shards that finished before the error (or Ctrl-C) stay listed
+            raise
+        recorder.commit()
     kept = recorder.prefix_for(target, tasks)
     if kept is not None:
         recorder.keep_only(kept)
+    _remove_stale_temporaries(out_dir)  # left by workers killed during this run
     recorder.finish(time.perf_counter() - start)
-
-
-

@@ -98,7 +98,8 @@ class PlacementSpec(_Strict):
 
 class GenerationSpec(_Strict):
     attempts: int = Field(100, ge=1)  # most generation attempts; only successes are kept and rendered
-    target_successes: int | None = Field(None, ge=1)  # stop once this many episodes succeeded
+    # Stop once this many attempts succeeded (each gives appearance.variants_per_trajectory episodes).
+    target_successes: int | None = Field(None, ge=1)
     attempts_per_shard: int = Field(10, ge=1)  # the unit of distributed work and of resume
     # How a source demo is picked: at random; at random among the `nearest_k` demos whose
     # reference object (at the segment start) is nearest the current one; or nearest eef pose.
@@ -123,6 +124,10 @@ class CameraSpec(_Strict):
     name: str  # a camera of the robosuite model, e.g. agentview, robot0_eye_in_hand
     width: int = Field(84, ge=8, le=2048)  # pixels
     height: int = Field(84, ge=8, le=2048)  # pixels
+    depth: bool = False  # also store metric depth (metres) for this camera
+    # Also store a segmentation image: per pixel the index of the MuJoCo geom or body seen,
+    # or of the spec object (1..n in `objects` order; 0 = anything else).
+    segmentation: Literal["none", "geom", "body", "object"] = "none"
 
 
 class RenderSpec(_Strict):
@@ -132,6 +137,67 @@ class RenderSpec(_Strict):
     shadows: bool = True
     multisamples: int = Field(0, ge=0, le=16)  # anti-aliasing samples per pixel
     jpeg_quality: int = Field(90, ge=1, le=100)
+    # GPUs each Ray worker asks for (fractions share one); > 0 renders with EGL on the GPU
+    # Ray assigns (MUJOCO_EGL_DEVICE_ID). 0: CPU workers, software GL.
+    gpus_per_worker: float = Field(0.0, ge=0.0)
+
+
+class TextureBankSpec(_Strict):
+    """Textures made once per dataset by a diffusers text-to-image pipeline (Stable Diffusion family)."""
+
+    model: str  # a Hugging Face model id (must already be in the local cache: no download) or a local folder
+    prompts: list[str] = Field(min_length=1)  # e.g. "a wooden table top, seamless texture, top view"
+    per_prompt: int = Field(4, ge=1)  # images made per prompt
+    steps: int = Field(25, ge=1)  # denoising steps
+    guidance_scale: float = Field(7.5, ge=0.0)
+    size: int = Field(256, ge=64, le=1024, multiple_of=8)  # square images, pixels
+    seed: int = Field(0, ge=0)  # image j of prompt i uses a seed derived from (seed, i, j)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    share: float = Field(0.5, ge=0.0, le=1.0)  # chance a randomised surface takes a bank texture, not a procedural one
+
+
+class TextureRandomization(_Strict):
+    # Surfaces to re-texture per variant: "table", "floor", "walls" and spec object names. A textured
+    # material gets a new image; an untextured one (or a geom without material) a new colour.
+    # How each is found in the model: generators/appearance.py.
+    surfaces: list[str] = ["table", "floor", "walls"]
+    # Built-in procedural patterns drawn from (no model weights needed).
+    patterns: list[Literal["solid", "checker", "stripes", "noise", "gradient", "wood"]] = [
+        "solid", "checker", "stripes", "noise", "gradient", "wood",
+    ]
+    bank: TextureBankSpec | None = None
+
+
+class LightRandomization(_Strict):
+    position: float = Field(0.0, ge=0.0)  # metres: each light moves by U(-p, p) per axis (its body's frame)
+    direction: float = Field(0.0, ge=0.0, le=3.1416)  # radians: each light direction tilts by up to this
+    intensity: tuple[float, float] = (1.0, 1.0)  # diffuse light scaled by U(lo, hi)
+    color: float = Field(0.0, ge=0.0, le=1.0)  # diffuse also scaled per channel by 1 + U(-c, c): a tint
+
+    @field_validator("intensity")
+    @classmethod
+    def _range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 <= value[0] <= value[1]:
+            raise ValueError(f"expected [lo, hi] with 0 <= lo <= hi, got {list(value)}")
+        return value
+
+
+class CameraJitter(_Strict):
+    # Relative to the camera's parent body (world cameras: the world; eye-in-hand: the hand).
+    position: float = Field(0.0, ge=0.0)  # metres: camera moves by U(-p, p) per axis
+    orientation: float = Field(0.0, ge=0.0, le=3.1416)  # radians: rotated by up to this about a random axis
+
+
+class AppearanceSpec(_Strict):
+    """Per-episode looks: each physical trajectory is rendered K times, each render its own episode."""
+
+    # K: episode index = attempt id * K + variant; the looks of variant k are drawn from a seed
+    # derived from (spec seed, attempt seed, k) and recorded in provenance["appearance"].
+    variants_per_trajectory: int = Field(1, ge=1)
+    keep_original: bool = True  # variant 0 of each trajectory renders the scene as modelled
+    textures: TextureRandomization | None = None
+    lights: LightRandomization | None = None
+    camera: CameraJitter | None = None
 
 
 class OutputSpec(_Strict):
@@ -149,6 +215,7 @@ class SceneSpec(_Strict):
     generation: GenerationSpec = GenerationSpec()
     cameras: list[CameraSpec] = []  # none: a low-dimensional dataset, nothing rendered
     render: RenderSpec = RenderSpec()
+    appearance: AppearanceSpec = AppearanceSpec()
     instructions: list[str] = Field(min_length=1)  # phrasings; one is drawn per episode
     output: OutputSpec = OutputSpec()
 
@@ -167,6 +234,15 @@ class SceneSpec(_Strict):
         for obj in self.placement.objects:
             if obj not in self.objects:
                 raise _FieldError(f"placement.objects.{obj}", f"unknown object (expected one of: {names})")
+        textures = self.appearance.textures
+        if textures is not None:
+            allowed = {"table", "floor", "walls", *self.objects}
+            for i, surface in enumerate(textures.surfaces):
+                if surface not in allowed:
+                    raise _FieldError(
+                        f"appearance.textures.surfaces[{i}]",
+                        f"unknown surface {surface!r} (expected one of: {', '.join(sorted(allowed))})",
+                    )
         cams = [c.name for c in self.cameras]
         if len(set(cams)) != len(cams):
             raise _FieldError("cameras", f"camera names must be unique, got {cams}")
@@ -188,10 +264,14 @@ class SceneSpec(_Strict):
     def fingerprint(self) -> str:
         """sha256 of everything that shapes the data (not where it is written).
 
-        `generation.attempts` is left out: it says how far to extend the dataset,
-        and re-running with more attempts must resume it, not refuse it.
+        `generation.attempts` and `target_successes` are left out: they say how far to extend
+        the dataset, and re-running with more attempts must resume it, not refuse it.
+        `render.gpus_per_worker` is left out too: it says where to run, not what to make.
         """
-        data = self.model_dump(mode="json", exclude={"output": True, "generation": {"attempts", "target_successes"}})
+        data = self.model_dump(
+            mode="json",
+            exclude={"output": True, "generation": {"attempts", "target_successes"}, "render": {"gpus_per_worker"}},
+        )
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

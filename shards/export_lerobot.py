@@ -31,6 +31,9 @@ What is written (LeRobot v3.0, ``codebase_version`` "v3.0"):
   [3, 1, 1] as LeRobot's. No per-episode ``stats/*`` columns are written.
 
 Choices:
+- Depth and segmentation images (cameras that have them) are not exported yet: LeRobot
+  v3.0 has no lossless per-frame image feature besides video, and H.264 would round the
+  16-bit depth. Use the robomimic export (or the shards) for them.
 - LeRobot looks episodes up by position, so ``episode_index`` is renumbered
   0..N-1 in the order the shards hold them (shard name, then index).
 - yuv420p needs an even width and height: an odd frame is padded by repeating
@@ -48,7 +51,7 @@ import io
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -66,7 +69,9 @@ from shards.format import (
     SIM_STATE_KEY,
     STATE_KEY,
     DatasetError,
+    depth_member,
     dumps_json,
+    segmentation_member,
     shards_dir,
 )
 from shards.loader import RawEpisode, ShardTask, group_episodes, group_samples, read_members
@@ -98,11 +103,16 @@ DATA_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class CameraInfo:
-    """A camera of the source dataset; frames are width x height RGB."""
+    """A camera of the source dataset; frames are width x height RGB.
+
+    depth: it has depth members; segmentation: its label mode, "none" without.
+    """
 
     name: str
     width: int
     height: int
+    depth: bool = False
+    segmentation: str = "none"
 
 
 @dataclass(frozen=True)
@@ -134,7 +144,8 @@ class SourceEpisode:
     """One episode as its shard holds it.
 
     actions [T, A] float32, states [T, S] float32, sim_states [T, N] float64;
-    frames: camera name -> T JPEG-encoded frames.
+    frames: camera name -> T JPEG-encoded frames; depth, segmentation: camera name -> T PNGs,
+    for the cameras that have them (`shards.format`).
     """
 
     record: EpisodeRecord
@@ -142,6 +153,8 @@ class SourceEpisode:
     states: np.ndarray
     sim_states: np.ndarray
     frames: Mapping[str, tuple[bytes, ...]]
+    depth: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)
+    segmentation: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)
 
     @property
     def length(self) -> int:
@@ -199,7 +212,8 @@ def _cameras(info: Mapping[str, Any]) -> tuple[CameraInfo, ...]:
             raise DatasetError(f"dataset_info.json: cameras[{i}] needs name, width and height, got {camera!r}") from None
         if width < 1 or height < 1:
             raise DatasetError(f"dataset_info.json: cameras[{i}] has size {width}x{height}")
-        cameras.append(CameraInfo(name, width, height))
+        segmentation = (camera.get("segmentation") or {}).get("mode", "none")
+        cameras.append(CameraInfo(name, width, height, bool(camera.get("depth")), segmentation))
     return tuple(cameras)
 
 
@@ -249,6 +263,12 @@ def _decode_episode(raw: RawEpisode, record: EpisodeRecord | None, cameras: Sequ
         sim_states=np.stack([_npy(raw, sample.members, SIM_STATE_KEY) for sample in raw.samples]).astype(np.float64),
         frames={camera.name: tuple(_member(raw, sample.members, f"{camera.name}.jpg") for sample in raw.samples)
                 for camera in cameras},
+        depth={camera.name: tuple(_member(raw, sample.members, depth_member(camera.name)) for sample in raw.samples)
+               for camera in cameras if camera.depth},
+        segmentation={
+            camera.name: tuple(_member(raw, sample.members, segmentation_member(camera.name)) for sample in raw.samples)
+            for camera in cameras if camera.segmentation != "none"
+        },
     )
 
 

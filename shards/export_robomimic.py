@@ -16,6 +16,10 @@ Layout (robomimic's, https://robomimic.github.io/docs/datasets/overview.html)::
     data/demo_<n>/rewards           [T] float64: 1 on the last step, else 0 (episodes end in success)
     data/demo_<n>/dones             [T] int64: 1 on the last step, else 0
     data/demo_<n>/obs/<camera>_image  [T, H, W, 3] uint8, upright (as robomimic's env wrapper returns them)
+    data/demo_<n>/obs/<camera>_depth  [T, H, W, 1] float32 metres, 0 = no reading (cameras with depth;
+                                    robomimic's wrapper also gives real depth in metres)
+    data/demo_<n>/obs/<camera>_seg    [T, H, W, 1] int32 labels as stored (cameras with segmentation;
+                                    the dataset's attrs "seg_mode" says geom/body/object, see shards.format)
     data/demo_<n>/obs/robot0_<part> [T, k] float64, state.npy split by dataset_info's state layout
                                     (eef_pos -> robot0_eef_pos, eef_quat_xyzw -> robot0_eef_quat (x, y, z, w),
                                     gripper_qpos -> robot0_gripper_qpos)
@@ -30,7 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +50,7 @@ from shards.export_lerobot import (
     load_source,
     read_episodes,
 )
-from shards.format import DatasetError
+from shards.format import DatasetError, decode_depth_png, decode_segmentation_png
 
 ROBOSUITE_ENV_TYPE = 1  # robomimic's EnvType.ROBOSUITE_TYPE
 # dataset_info's state layout name -> robomimic's observation key (robosuite's robot0_ names)
@@ -111,6 +115,12 @@ def _write_demo(group: h5py.Group, episode: SourceEpisode, source: Source) -> li
         obs.create_dataset(key, data=values.astype(np.float64))
     for camera in source.cameras:
         obs.create_dataset(f"{camera.name}_image", data=_images(episode.frames[camera.name], camera))
+        if camera.depth:
+            depth = _planes(episode.depth[camera.name], camera, decode_depth_png)
+            obs.create_dataset(f"{camera.name}_depth", data=depth).attrs["unit"] = "m"
+        if camera.segmentation != "none":
+            labels = _planes(episode.segmentation[camera.name], camera, decode_segmentation_png)
+            obs.create_dataset(f"{camera.name}_seg", data=labels).attrs["seg_mode"] = camera.segmentation
     return sorted(obs)
 
 
@@ -125,6 +135,15 @@ def split_state(states: np.ndarray, layout: Sequence[tuple[str, int]]) -> dict[s
 
 def _images(frames: Sequence[bytes], camera: CameraInfo) -> np.ndarray:
     return np.stack([decode_jpeg(frame, camera) for frame in frames])
+
+
+def _planes(frames: Sequence[bytes], camera: CameraInfo, decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
+    """T single-channel PNGs -> [T, H, W, 1]; a size other than the camera's raises `DatasetError`."""
+    planes = np.stack([decode(frame) for frame in frames])
+    if planes.shape[1:] != (camera.height, camera.width):
+        raise DatasetError(f"a {camera.name} depth/segmentation frame is {planes.shape[2]}x{planes.shape[1]}, "
+                           f"dataset_info.json says {camera.width}x{camera.height}")
+    return planes[..., None]
 
 
 def _env_args(source: Source) -> dict[str, Any]:
@@ -151,7 +170,7 @@ def _env_args(source: Source) -> dict[str, Any]:
             camera_names=[camera.name for camera in source.cameras],
             camera_heights=[camera.height for camera in source.cameras],
             camera_widths=[camera.width for camera in source.cameras],
-            camera_depths=False,
+            camera_depths=[camera.depth for camera in source.cameras],
         )
     return {"env_name": env_name, "type": ROBOSUITE_ENV_TYPE, "env_version": version, "env_kwargs": env_kwargs}
 

@@ -7,6 +7,7 @@
       -> RawEpisode(task, ordinal, samples): one whole episode, checked     group_episodes
       -> RawEpisode: only this split's part of each shard                   select_episodes
       -> EpisodeArrays: actions [T, A], states [T, S] normalized, JPEGs     decode_episodes
+         (+ extra keys, e.g. sim_state [T, N], as stored)
       -> StepSample: action_chunk [H, A], action_mask [H], one per step     episode_steps
       -> StepSample, shuffled in a buffer                                   shuffle
       -> StepSample, this worker's share of epoch_length (resampled only)   take
@@ -45,7 +46,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,14 @@ from shards.format import (
     ACTION_KEY,
     META_KEY,
     SHARDS_DIRNAME,
+    SIM_STATE_KEY,
     STATE_KEY,
     STATS_FILENAME,
     DatasetError,
+    decode_depth_png,
+    decode_segmentation_png,
+    depth_member,
+    segmentation_member,
     shards_dir,
 )
 from shards.manifest import load_manifest
@@ -78,6 +84,8 @@ _ACTION_MEMBER = f"{ACTION_KEY}.npy"
 _STATE_MEMBER = f"{STATE_KEY}.npy"
 _META_MEMBER = f"{META_KEY}.json"
 _META_FIELDS = frozenset({"episode", "step", "length", "instruction"})
+_ITEM_KEYS = frozenset({"images", "state", "action_chunk", "action_mask", "instruction", "episode", "step",
+                        "depth", "segmentation"})
 
 
 # ---------------------------------------------------------------- configuration
@@ -95,6 +103,9 @@ class LoaderConfig:
     resampled: bool = False  # draw shards with replacement, forever (or epoch_length)
     epoch_length: int | None = None  # resampled only: samples a rank yields per iteration
     image_dtype: str = "uint8"  # "uint8" [3, H, W] 0..255, or "float32" [3, H, W] in [0, 1]
+    extra_keys: tuple[str, ...] = ()  # other per-step .npy members to yield as stored, e.g. ("sim_state",)
+    depth: tuple[str, ...] = ()  # cameras whose depth to yield: float32 [1, H, W] metres
+    segmentation: tuple[str, ...] = ()  # cameras whose segmentation labels to yield: int64 [H, W]
 
     def __post_init__(self) -> None:
         if self.action_horizon < 1:
@@ -111,6 +122,12 @@ class LoaderConfig:
             raise ValueError("epoch_length needs resampled=True (a finite epoch is one pass over the shards)")
         if self.epoch_length is not None and self.epoch_length < 1:
             raise ValueError(f"epoch_length must be >= 1, got {self.epoch_length}")
+        if isinstance(self.extra_keys, str):
+            raise TypeError(f"extra_keys must be a list of names, got the string {self.extra_keys!r}")
+        clashes = [k for k in self.extra_keys if k in _ITEM_KEYS or k in (ACTION_KEY, META_KEY)]
+        if clashes:
+            raise ValueError(f"extra_keys {clashes} clash with the loader's own keys; expected member names "
+                             f"such as {SIM_STATE_KEY!r}")
 
 
 # ---------------------------------------------------------------- records between stages
@@ -154,13 +171,16 @@ class RawEpisode:
 
 @dataclass(frozen=True)
 class EpisodeArrays:
-    """actions [T, A] and states [T, S] float32 (normalized); frames: camera -> T JPEGs."""
+    """actions [T, A] and states [T, S] float32 (normalized); frames: camera -> T JPEGs;
+    extras: key -> [T, ...] arrays as stored (unnormalized)."""
 
     index: int
     instruction: str
     actions: np.ndarray
     states: np.ndarray
     frames: Mapping[str, tuple[bytes, ...]]
+    extras: Mapping[str, np.ndarray] = field(default_factory=dict)
+    pngs: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)  # member suffix -> T depth/label PNGs
 
 
 @dataclass(frozen=True)
@@ -174,6 +194,8 @@ class StepSample:
     action_chunk: np.ndarray
     action_mask: np.ndarray
     frames: Mapping[str, bytes]
+    extras: Mapping[str, np.ndarray] = field(default_factory=dict)  # key -> this step's array
+    pngs: Mapping[str, bytes] = field(default_factory=dict)  # member suffix -> this step's depth/label PNG
 
 
 @dataclass(frozen=True)
@@ -308,9 +330,11 @@ def select_episodes(episodes: Iterable[RawEpisode]) -> Iterator[RawEpisode]:
 
 
 def decode_episodes(
-    episodes: Iterable[RawEpisode], cameras: Sequence[str] | None, normalizer: Normalizer
+    episodes: Iterable[RawEpisode], cameras: Sequence[str] | None, normalizer: Normalizer,
+    extra_keys: Sequence[str] = (), pngs: Sequence[str] = (),
 ) -> Iterator[EpisodeArrays]:
-    """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames per camera."""
+    """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames per camera,
+    and the `extra_keys` members stacked as stored."""
     for ep in episodes:
         names = cameras if cameras is not None else _jpeg_cameras(ep.samples[0])
         suffixes = [(camera, f"{camera}.jpg") for camera in names]
@@ -322,6 +346,8 @@ def decode_episodes(
             actions=normalizer.normalize(ACTION_KEY, actions),
             states=normalizer.normalize(STATE_KEY, states),
             frames={c: tuple(_member(s, suffix) for s in ep.samples) for c, suffix in suffixes},
+            extras={key: np.stack([_npy(s, f"{key}.npy") for s in ep.samples]) for key in extra_keys},
+            pngs={suffix: tuple(_member(s, suffix) for s in ep.samples) for suffix in pngs},
         )
 
 
@@ -340,6 +366,8 @@ def episode_steps(episodes: Iterable[EpisodeArrays], horizon: int) -> Iterator[S
                 action_chunk=padded[t : t + horizon],
                 action_mask=masks[t],
                 frames={camera: frames[t] for camera, frames in ep.frames.items()},
+                extras={key: values[t] for key, values in ep.extras.items()},
+                pngs={suffix: frames[t] for suffix, frames in ep.pngs.items()},
             )
 
 
@@ -367,7 +395,7 @@ def take(samples: Iterable[Any], n: int) -> Iterator[Any]:
 def to_torch(samples: Iterable[StepSample], image_dtype: str) -> Iterator[dict[str, Any]]:
     """StepSamples -> dicts of tensors (see `ShardDataset`), JPEGs decoded to [3, H, W]."""
     for s in samples:
-        yield {
+        item = {
             "images": {camera: _decode_jpeg(data, image_dtype) for camera, data in s.frames.items()},
             "state": torch.from_numpy(np.array(s.state, dtype=np.float32)),
             "action_chunk": torch.from_numpy(np.array(s.action_chunk, dtype=np.float32)),
@@ -376,6 +404,15 @@ def to_torch(samples: Iterable[StepSample], image_dtype: str) -> Iterator[dict[s
             "episode": s.episode,
             "step": s.step,
         }
+        item.update((key, torch.from_numpy(np.array(value))) for key, value in s.extras.items())
+        for suffix, data in s.pngs.items():
+            camera, _, kind = suffix[: -len(".png")].rpartition("_")  # "agentview_depth.png"
+            if kind == "depth":
+                item.setdefault("depth", {})[camera] = torch.from_numpy(decode_depth_png(data)[None])
+            else:
+                item.setdefault("segmentation", {})[camera] = torch.from_numpy(
+                    decode_segmentation_png(data).astype(np.int64))
+        yield item
 
 
 # ---------------------------------------------------------------- the dataset
@@ -393,6 +430,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         instruction:  str
         episode:      int, global episode index
         step:         int, t
+        <key>:        for each of `extra_keys` (e.g. "sim_state": [N] float64), this step's array as stored
     Call `set_epoch(epoch)` before each epoch to change the shard order and
     shuffling (with persistent DataLoader workers the workers keep the epoch
     they started with).
@@ -429,13 +467,15 @@ class ShardDataset(torch.utils.data.IterableDataset):
             tasks = resample_shards(self.urls, self._rng(split, 0), empty)
         else:
             tasks = split_shards(self._epoch_order(), split)
-        wanted = _wanted_members(cfg.cameras)
+        pngs = [depth_member(c) for c in cfg.depth] + [segmentation_member(c) for c in cfg.segmentation]
+        wanted = _wanted_members(cfg.cameras, (*cfg.extra_keys, *pngs))
         stages: list[Callable[[Iterable[Any]], Iterable[Any]]] = [
             partial(read_members, wanted=wanted, on_empty=empty.add, expected=self.shard_samples),  # -> Member
             group_samples,  # -> RawSample, one a step
             group_episodes,  # -> RawEpisode, whole
             select_episodes,  # -> RawEpisode of this split
-            partial(decode_episodes, cameras=cfg.cameras, normalizer=self.normalizer),  # -> EpisodeArrays
+            partial(decode_episodes, cameras=cfg.cameras, normalizer=self.normalizer,
+                    extra_keys=cfg.extra_keys, pngs=pngs),  # -> EpisodeArrays
             partial(episode_steps, horizon=cfg.action_horizon),  # -> StepSample
             partial(shuffle, bufsize=cfg.shuffle_buffer, rng=self._rng(split, 1)),  # -> StepSample
         ]
@@ -470,6 +510,9 @@ def make_loader(
     *,
     stats: str | os.PathLike | DatasetStats | None = None,
     image_dtype: str = "uint8",
+    extra_keys: Sequence[str] = (),
+    depth: Sequence[str] = (),
+    segmentation: Sequence[str] = (),
 ) -> ShardDataset:
     """A `ShardDataset` over `source`; wrap it in `torch.utils.data.DataLoader`.
 
@@ -484,6 +527,12 @@ def make_loader(
     epoch_length:   resampled only: samples one rank yields per iteration (None: endless)
     stats:          dataset directory or stats.json path; None: the source's dataset directory
     image_dtype:    "uint8" (0..255) or "float32" (0..1) images, [3, H, W]
+    extra_keys:     other per-step .npy members to yield unnormalized under their own key,
+                    e.g. ["sim_state"] (the flattened MuJoCo state, for object poses)
+    depth:          cameras whose depth to yield, item["depth"][camera]: float32 [1, H, W] metres
+                    (0 = no reading); dataset_info.json must list depth for them
+    segmentation:   cameras whose labels to yield, item["segmentation"][camera]: int64 [H, W]
+                    (labels as stored, see shards.format)
     """
     urls, root, counts = resolve_shards(source)
     info = load_dataset_info(root) if root is not None else None
@@ -496,6 +545,9 @@ def make_loader(
         resampled=resampled,
         epoch_length=epoch_length,
         image_dtype=image_dtype,
+        extra_keys=tuple(extra_keys) if not isinstance(extra_keys, str) else extra_keys,
+        depth=_resolve_kind(depth, info, "depth"),
+        segmentation=_resolve_kind(segmentation, info, "segmentation"),
     )
     loaded = None if normalization == "none" else _load_stats(stats, root)
     return ShardDataset(urls, config, Normalizer(normalization, loaded), shard_samples=counts)
@@ -560,6 +612,18 @@ def _resolve_cameras(cameras: Sequence[str] | None, info: Mapping[str, Any] | No
     return tuple(cameras)
 
 
+def _resolve_kind(cameras: Sequence[str], info: Mapping[str, Any] | None, kind: str) -> tuple[str, ...]:
+    """Cameras asked for depth or segmentation, checked against dataset_info.json when there is one."""
+    if isinstance(cameras, str):
+        raise TypeError(f"{kind} must be a list of camera names, got the string {cameras!r}")
+    if info is not None:
+        having = [c["name"] for c in info.get("cameras", []) if c.get(kind)]
+        missing = [c for c in cameras if c not in having]
+        if missing:
+            raise ValueError(f"{kind} asked for cameras {missing}; dataset_info.json lists {kind} for {having}")
+    return tuple(cameras)
+
+
 def _load_stats(stats: str | os.PathLike | DatasetStats | None, root: Path | None) -> DatasetStats:
     if isinstance(stats, DatasetStats):
         return stats
@@ -576,8 +640,10 @@ def _load_stats(stats: str | os.PathLike | DatasetStats | None, root: Path | Non
     return loaded
 
 
-def _wanted_members(cameras: Sequence[str] | None) -> Callable[[str], bool]:
+def _wanted_members(cameras: Sequence[str] | None, extra_keys: Sequence[str] = ()) -> Callable[[str], bool]:
+    # extra_keys: .npy keys, or whole member suffixes (depth/label PNGs: "agentview_depth.png")
     fixed = {_ACTION_MEMBER, _STATE_MEMBER, _META_MEMBER}
+    fixed |= {key if key.endswith(".png") else f"{key}.npy" for key in extra_keys}
     if cameras is None:
         return lambda suffix: suffix in fixed or suffix.endswith(".jpg")
     fixed |= {f"{camera}.jpg" for camera in cameras}

@@ -8,22 +8,59 @@ line an episode, so a loader can find an episode's shard without opening tars.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from shards.format import (
     DATASET_INFO_FILENAME,
+    DEPTH_MAX_UNITS,
+    DEPTH_SCALE_M,
     EPISODES_FILENAME,
     SCHEMA_VERSION,
     DatasetError,
     Episode,
+    depth_member,
     dumps_json,
     read_json_file,
+    segmentation_bits,
+    segmentation_member,
     shard_name,
     write_text_atomic,
 )
+
+_LABELS = {
+    "geom": "MuJoCo geom id + 1 of the geom seen; 0 = nothing",
+    "body": "MuJoCo body id + 1 of the body whose geom is seen (1 = the world body); 0 = nothing",
+    "object": "index 1..n of the spec object seen (its body or a descendant), in `objects` order; 0 = other",
+}
+
+
+def camera_entry(
+    name: str, width: int, height: int, depth: bool = False, segmentation: str = "none",
+    objects: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A camera's entry in dataset_info.json ``cameras``: its size, and how depth and
+    segmentation are stored when it has them (absent keys: it has none).
+
+    `objects`: the spec's object names in order; label k of ``object`` segmentation is objects[k-1].
+    """
+    entry: dict[str, Any] = {"name": name, "width": width, "height": height, "format": "jpg"}
+    if depth:
+        entry["depth"] = {
+            "member": depth_member("<camera>"), "format": "png", "dtype": "uint16", "unit": "mm",
+            "scale_m": DEPTH_SCALE_M, "no_reading": 0, "saturated": DEPTH_MAX_UNITS,
+        }
+    if segmentation != "none":
+        bits = segmentation_bits(segmentation)
+        entry["segmentation"] = {
+            "member": segmentation_member("<camera>"), "format": "png", "dtype": f"uint{bits}",
+            "mode": segmentation, "labels": _LABELS[segmentation],
+        }
+        if segmentation == "object":
+            entry["segmentation"]["objects"] = list(objects)
+    return entry
 
 
 def save_dataset_info(dataset_dir: Path, info: Mapping[str, Any]) -> None:

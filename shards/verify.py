@@ -2,12 +2,12 @@
 
     manifest.json -> per shard: exists, size, sha256
       -> read the tar: samples and episodes counted, every episode whole (steps 0..T-1), in order,
-         in one shard, every sample with its members
+         in one shard, every sample with its members; depth and segmentation PNGs: size, bit depth
       -> the episodes found vs episodes.jsonl (index, shard, length, instruction, seed)
       -> stats.json vs `compute_stats` over the shards, with a tolerance
 
 Reads every shard twice (checksum and content; `compute_stats` a third time
-for the arrays) and decodes no image. Needs no torch.
+for the arrays) and decodes no image (PNG headers only). Needs no torch.
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ from shards.format import (
     STATE_KEY,
     STATS_FILENAME,
     DatasetError,
+    depth_member,
+    png_header,
     sample_key,
+    segmentation_bits,
+    segmentation_member,
     shards_dir,
 )
 from shards.manifest import load_manifest
@@ -45,6 +49,17 @@ MAX_PROBLEMS_PER_SHARD = 10  # a shard broken throughout would otherwise bury th
 
 _ARRAY_MEMBERS = (f"{ACTION_KEY}.npy", f"{STATE_KEY}.npy", f"{SIM_STATE_KEY}.npy")
 _META_MEMBER = f"{META_KEY}.json"
+_PNG_GRAYSCALE = 0  # PNG colour type
+
+
+@dataclass(frozen=True)
+class _PngMember:
+    """A depth or segmentation member every sample must hold: its size and bit depth."""
+
+    suffix: str
+    width: int
+    height: int
+    bits: int
 
 
 @dataclass(frozen=True)
@@ -74,7 +89,7 @@ def verify_dataset(dataset_dir: Path) -> list[str]:
     except DatasetError as exc:
         return [str(exc)]
     problems: list[str] = []
-    cameras = _cameras(dataset_dir, problems)
+    cameras = _members(dataset_dir, problems)
     found: dict[int, FoundEpisode] = {}
     with_samples, damaged = [], 0
     for info in manifest.shards:
@@ -102,7 +117,7 @@ def verify_dataset(dataset_dir: Path) -> list[str]:
 
 
 def _check_shard(
-    dataset_dir: Path, info: ShardInfo, cameras: Sequence[str] | None, problems: list[str]
+    dataset_dir: Path, info: ShardInfo, cameras: _Expected | None, problems: list[str]
 ) -> _ShardScan | None:
     """Append the shard's problems; its scan, or None when it is missing or not a readable tar."""
     path = shards_dir(dataset_dir) / info.name
@@ -156,7 +171,7 @@ class _ShardScan:
     """Walks one shard's samples in order, tracking the open episode."""
 
     name: str
-    cameras: Sequence[str] | None
+    cameras: _Expected | None
     changed: bool = False  # size or sha256 differ from the manifest
     samples: int = 0
     episodes: list[FoundEpisode] = field(default_factory=list)
@@ -174,6 +189,9 @@ class _ShardScan:
         missing = [m for m in self._expected_members() if m not in members]
         if missing:
             self._problem(f"sample {key} lacks {missing}")
+        for png in self.cameras.pngs if self.cameras else ():
+            if png.suffix in members:
+                self._check_png(key, png, members[png.suffix])
         if _META_MEMBER not in members:
             return
         meta = self._meta(key, members[_META_MEMBER])
@@ -193,8 +211,21 @@ class _ShardScan:
         return shown
 
     def _expected_members(self) -> list[str]:
-        cameras = [f"{c}.jpg" for c in self.cameras or ()]
-        return [*cameras, *_ARRAY_MEMBERS, _META_MEMBER]
+        if self.cameras is None:
+            return [*_ARRAY_MEMBERS, _META_MEMBER]
+        pngs = [png.suffix for png in self.cameras.pngs]
+        return [*self.cameras.jpegs, *pngs, *_ARRAY_MEMBERS, _META_MEMBER]
+
+    def _check_png(self, key: str, png: _PngMember, data: bytes) -> None:
+        try:
+            width, height, bits, colour = png_header(data)
+        except ValueError:
+            self._problem(f"{key}.{png.suffix}: not a PNG file")
+            return
+        expected = (png.width, png.height, png.bits, _PNG_GRAYSCALE)
+        if (width, height, bits, colour) != expected:
+            self._problem(f"{key}.{png.suffix}: {width}x{height}, {bits}-bit, colour type {colour}; "
+                          f"expected {png.width}x{png.height} {png.bits}-bit grayscale (dataset_info.json)")
 
     def _meta(self, key: str, data: bytes) -> dict[str, Any] | None:
         try:
@@ -330,7 +361,15 @@ def _compare_key_stats(key: str, recorded: KeyStats, fresh: KeyStats) -> list[st
 # ---------------------------------------------------------------- helpers
 
 
-def _cameras(dataset_dir: Path, problems: list[str]) -> list[str] | None:
+@dataclass(frozen=True)
+class _Expected:
+    """Camera members every sample must hold, from dataset_info.json."""
+
+    jpegs: tuple[str, ...]
+    pngs: tuple[_PngMember, ...]
+
+
+def _members(dataset_dir: Path, problems: list[str]) -> _Expected | None:
     try:
         info = load_dataset_info(dataset_dir)
     except DatasetError as exc:
@@ -338,7 +377,19 @@ def _cameras(dataset_dir: Path, problems: list[str]) -> list[str] | None:
         return None
     if info is None:
         return None
-    return [camera["name"] for camera in info.get("cameras", [])]
+    jpegs, pngs = [], []
+    for i, camera in enumerate(info.get("cameras", [])):
+        try:
+            name, width, height = camera["name"], int(camera.get("width", 0)), int(camera.get("height", 0))
+            jpegs.append(f"{name}.jpg")
+            if camera.get("depth"):
+                pngs.append(_PngMember(depth_member(name), width, height, 16))
+            if camera.get("segmentation"):
+                bits = segmentation_bits(camera["segmentation"]["mode"])
+                pngs.append(_PngMember(segmentation_member(name), width, height, bits))
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(f"dataset_info.json: cameras[{i}] is malformed ({exc!r})")
+    return _Expected(tuple(jpegs), tuple(pngs))
 
 
 def _is_int(value: Any) -> bool:

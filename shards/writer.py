@@ -1,7 +1,8 @@
 """Write one shard: whole episodes as WebDataset samples, one sample per time step.
 
     episodes (sorted by index)
-      -> a stream of (member name, bytes), per step: cameras' .jpg, action/state/sim_state .npy, meta.json
+      -> a stream of (member name, bytes), per step: cameras' .jpg, depth and segmentation .png
+         (cameras that have them), action/state/sim_state .npy, meta.json
       -> tar members with fixed metadata (mtime 0, uid 0, mode 0o444)
       -> .shard-000003.tar.tmp-<pid>  --fsync, os.replace-->  shard-000003.tar
 
@@ -30,8 +31,10 @@ from shards.format import (
     DatasetError,
     Episode,
     atomic_output,
+    depth_member,
     dumps_json,
     sample_key,
+    segmentation_member,
     shard_name,
 )
 
@@ -136,10 +139,15 @@ def _shard_members(episodes: Sequence[Episode]) -> Iterator[tuple[str, bytes]]:
     # which is what WebDataset's grouping by key relies on.
     for ep in episodes:
         cameras = sorted(ep.images)
+        depth, segmentation = sorted(ep.depth), sorted(ep.segmentation)
         for t in range(ep.length):
             key = sample_key(ep.index, t)
             for camera in cameras:
                 yield f"{key}.{camera}.jpg", ep.images[camera][t]
+            for camera in depth:
+                yield f"{key}.{depth_member(camera)}", ep.depth[camera][t]
+            for camera in segmentation:
+                yield f"{key}.{segmentation_member(camera)}", ep.segmentation[camera][t]
             yield f"{key}.{ACTION_KEY}.npy", _npy_bytes(ep.actions[t])
             yield f"{key}.{STATE_KEY}.npy", _npy_bytes(ep.states[t])
             yield f"{key}.{SIM_STATE_KEY}.npy", _npy_bytes(ep.sim_states[t])

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports robosuite
+# Ray 2.60 otherwise binds its local cluster to a non-loopback address in some containers.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402

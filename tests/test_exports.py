@@ -16,19 +16,8 @@ import pytest
 from PIL import Image
 
 from factory.errors import UserError
-from shards import (
-    Episode,
-    EpisodeRecord,
-    Manifest,
-    compute_stats,
-    load_stats,
-    save_dataset_info,
-    save_episodes,
-    save_manifest,
-    save_stats,
-    shards_dir,
-    write_shard,
-)
+from shards import Episode, load_stats, shards_dir
+from shards.dataset import write_dataset
 from shards.export_lerobot import export_lerobot
 from shards.export_robomimic import export_robomimic
 
@@ -85,14 +74,8 @@ def make_dataset(root: Path, cameras=CAMERAS, episodes=EPISODES) -> dict[int, Ep
                     for name, size in cameras.items()},
             provenance={"source_demo": "demo_1"},
         )
-    shard_indices = sorted({ep.shard for ep in made.values()})
-    infos = [write_shard([ep for ep in made.values() if ep.shard == s], shards_dir(root), s) for s in shard_indices]
-    save_manifest(root, Manifest(tuple(infos)))
-    save_episodes(root, [EpisodeRecord.from_episode(ep) for ep in made.values()])
-    save_stats(root, compute_stats(root, [info.name for info in infos]),
-               {"episodes": len(made), "transitions": sum(ep.length for ep in made.values())})
     task = {"env": "Lift", "robot": "Panda", "controller": "OSC_POSE", "control_freq": FPS, "horizon": 50}
-    save_dataset_info(root, {
+    write_dataset(root, list(made.values()), {
         "name": "tiny", "fps": FPS, "env": "Lift", "robot": "Panda",
         "cameras": [{"name": n, "width": w, "height": h, "format": "jpg"} for n, (w, h) in cameras.items()],
         "state": {"dim": 9, "layout": STATE_LAYOUT},

@@ -17,20 +17,8 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from shards import (
-    DatasetError,
-    Episode,
-    EpisodeRecord,
-    Manifest,
-    compute_stats,
-    save_dataset_info,
-    save_episodes,
-    save_manifest,
-    save_stats,
-    shards_dir,
-    tario,
-    write_shard,
-)
+from shards import DatasetError, Episode, shards_dir, tario
+from shards.dataset import write_dataset
 from shards.loader import (
     Normalizer,
     RawEpisode,
@@ -90,24 +78,14 @@ def _episode(index: int, shard: int, length: int, rng: np.random.Generator) -> E
 def build_dataset(root: Path, layout=LAYOUT, seed: int = 0) -> BuiltDataset:
     """Write a whole dataset (shards, manifest, stats, episodes, dataset_info) under `root`."""
     rng = np.random.default_rng(seed)
-    shards_dir(root).mkdir(parents=True)
     episodes: dict[int, Episode] = {}
-    manifest = Manifest()
     index = 0
     for shard, lengths in enumerate(layout):
-        written = []
         for length in lengths:
-            written.append(_episode(index, shard, length, rng))
+            episodes[index] = _episode(index, shard, length, rng)
             index += 2  # gaps in the global indices are allowed
-        manifest = manifest.with_shard(write_shard(written, shards_dir(root), shard))
-        episodes.update({ep.index: ep for ep in written})
-    names = [info.name for info in manifest.shards if info.samples > 0]
-    totals = {"episodes": len(episodes), "transitions": sum(ep.length for ep in episodes.values())}
-    save_stats(root, compute_stats(root, names), totals)
-    save_episodes(root, [EpisodeRecord.from_episode(ep) for ep in episodes.values()])
     cameras = [{"name": c, "width": WIDTH, "height": HEIGHT, "format": "jpg"} for c in CAMERAS]
-    save_dataset_info(root, {"name": "tiny", "fps": 20, "cameras": cameras})
-    save_manifest(root, manifest)
+    write_dataset(root, list(episodes.values()), {"name": "tiny", "fps": 20, "cameras": cameras}, len(layout))
     return BuiltDataset(root, episodes)
 
 

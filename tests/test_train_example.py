@@ -18,18 +18,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shards import (
-    Episode,
-    EpisodeRecord,
-    Manifest,
-    compute_stats,
-    save_dataset_info,
-    save_episodes,
-    save_manifest,
-    save_stats,
-    shards_dir,
-    write_shard,
-)
+from shards import Episode
+from shards.dataset import write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "train_bc.py"
@@ -62,8 +52,7 @@ def build_learnable_dataset(root: Path, cameras: dict[str, tuple[int, int]], see
     """Shards, manifest.json, episodes.jsonl, stats.json and dataset_info.json under `root`."""
     rng = np.random.default_rng(seed)
     a, w = _dynamics(rng)
-    shards_dir(root).mkdir(parents=True)
-    manifest, records = Manifest(), []
+    written = []
     for shard in range(SHARDS):
         episodes = []
         for k in range(EPISODES_PER_SHARD):
@@ -78,16 +67,11 @@ def build_learnable_dataset(root: Path, cameras: dict[str, tuple[int, int]], see
                 images={name: [_frame(s, size) for s in states] for name, size in cameras.items()},
                 provenance={"source_demo": "synthetic"},
             ))
-        manifest = manifest.with_shard(write_shard(episodes, shards_dir(root), shard))
-        records += [EpisodeRecord.from_episode(ep) for ep in episodes]
-    names = [info.name for info in manifest.shards]
-    save_stats(root, compute_stats(root, names), {"episodes": len(records), "transitions": len(records) * LENGTH})
-    save_episodes(root, records)
-    save_dataset_info(root, {"name": "learnable", "fps": 20, "cameras": [
+        written += episodes
+    write_dataset(root, written, {"name": "learnable", "fps": 20, "cameras": [
         {"name": name, "width": width, "height": height, "format": "jpg"}
         for name, (width, height) in cameras.items()
     ]})
-    save_manifest(root, manifest)
     return root
 
 

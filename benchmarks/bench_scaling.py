@@ -1,0 +1,226 @@
+"""Scaling and Ray overhead of dataset generation, physics only, in one run; prints one JSON object.
+
+    .venv/bin/python benchmarks/bench_scaling.py [--attempts 100] [--scaling-attempts 40]
+
+Lift (scene_specs/lift.yaml) with cameras: [], horizon 400, 2 attempts a shard:
+(a) scaling: run_shards on one 2-CPU Ray cluster (started once), the same `--scaling-attempts`
+    with 1 worker and then 2. `scaling_2_vs_1` = episodes/s with 2 over episodes/s with 1,
+    counted from the first worker ready to the last shard recorded (target >= 1.7 on 2 cores);
+    `scaling_2_vs_1_wall` counts from the call, actor start-up included.
+(b) overhead: `factory run --workers 1` (the CLI end to end: its own local Ray cluster, the
+    actor's start-up, stats) against ShardWorker.run_shard over the same shards in a plain loop
+    in this process (spec resolution and stats included, like the CLI). `overhead_ratio` =
+    episodes per core-minute of the CLI over the loop's (target >= 0.9); Ray's fixed cost is
+    `ray_fixed_s`, so the ratio at other sizes is (loop_s) / (loop_s + ray_fixed_s).
+    `overhead_in_actor` compares only the shard work (generation.json's per-shard wall time).
+Also: bytes per episode and per step (for the shared file system's bandwidth); the driver's
+own limits: shards per second and driver CPU per shard with near-empty shards (horizon 2, on
+2 workers; `driver_cpu_ms_per_shard` of the real runs includes idle polling), and one commit
+of its bookkeeping (generation.json + manifest.json rewritten) at 10,000 shards.
+
+Every Ray process here is on 127.0.0.1 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0). Attempts vary
+in length (successes ~280 steps, horizon failures 400), so small runs are noisy; a loaded
+machine (see load_average) slows everything.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before ray is imported: a loopback-only local cluster
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_spec(path: Path, attempts: int, per_shard: int, horizon: int = 400) -> Path:
+    data = yaml.safe_load((REPO / "scene_specs" / "lift.yaml").read_text())
+    data["seed_demos"] = [str((REPO / "scene_specs" / p).resolve()) for p in data["seed_demos"]]
+    data["name"] = "bench_scaling"
+    data["task"]["horizon"] = horizon
+    data["generation"].update(attempts=attempts, attempts_per_shard=per_shard)
+    data["cameras"] = []
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_loop(spec_path: Path, out: Path) -> float:
+    """Every shard with ShardWorker.run_shard in this process; timed from spec resolution to stats."""
+    from factory.pipeline import ShardWorker, plan_shards
+    from factory.resolve import resolve_spec
+    from factory.run import DatasetRecorder, dataset_info
+    from factory.spec import load_spec
+    from shards import save_dataset_info
+
+    start = time.perf_counter()
+    resolved = resolve_spec(load_spec(spec_path))
+    worker = ShardWorker(resolved.spec, resolved.demos, resolved.scene)
+    out.mkdir(parents=True)
+    save_dataset_info(out, dataset_info(resolved.spec, resolved.scene.state_size))
+    recorder = DatasetRecorder(out, {})
+    for task in plan_shards(resolved.spec):
+        recorder.record(worker.run_shard(task, out))
+    recorder.commit()
+    recorder.finish(time.perf_counter() - start)
+    return time.perf_counter() - start
+
+
+def run_cli(spec_path: Path, out: Path, workers: int) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [str(Path(sys.executable).parent / "factory"), "run", str(spec_path), "--out", str(out),
+         "--workers", str(workers), "--no-progress"],
+        check=True, capture_output=True, text=True, env=dict(os.environ),
+    )
+    return time.perf_counter() - start
+
+
+def run_in_cluster(resolved, out: Path, workers: int) -> dict:
+    """run_shards on the connected cluster, as run_dataset does; returns wall and steady-state seconds."""
+    from cluster.runner import ClusterConfig, run_shards
+    from factory.pipeline import plan_shards
+    from factory.run import DatasetRecorder, dataset_info
+    from shards import save_dataset_info
+
+    out.mkdir(parents=True)
+    save_dataset_info(out, dataset_info(resolved.spec, resolved.scene.state_size))
+    recorder = DatasetRecorder(out, {})
+    times = {"ready": None, "last": None}
+
+    def on_workers(alive: int) -> None:
+        if alive and times["ready"] is None:
+            times["ready"] = time.perf_counter()
+
+    def on_result(result) -> None:
+        recorder.record(result)
+        times["last"] = time.perf_counter()
+
+    tasks = plan_shards(resolved.spec)
+    start, cpu = time.perf_counter(), time.process_time()
+    run_shards(resolved.spec, resolved.demos, tasks, out, ClusterConfig(workers=workers),
+               on_result=on_result, on_workers=on_workers)
+    recorder.commit()
+    driver_cpu_s = time.process_time() - cpu  # every thread of this process: Ray's included
+    recorder.finish(time.perf_counter() - start)
+    return {"wall_s": times["last"] - start, "steady_s": times["last"] - times["ready"],
+            "driver_cpu_ms_per_shard": 1000 * driver_cpu_s / len(tasks)}
+
+
+def summary(out: Path) -> dict:
+    from factory.report import summarize
+
+    report = summarize(out)
+    generation = json.loads((out / "generation.json").read_text())
+    report["shard_work_s"] = sum(s["wall_s"] for s in generation["shards"].values())
+    return report
+
+
+def commit_time_at(shards: int, spec_path: Path, dataset: Path, out: Path) -> float:
+    """One commit of a dataset of `shards` shards, built from `dataset`'s results under new names."""
+    from factory.pipeline import ShardTask, plan_shards
+    from factory.run import DatasetRecorder, finished_results
+    from factory.spec import load_spec
+
+    real = list(finished_results(dataset, plan_shards(load_spec(spec_path))).values())
+    results = []
+    for i in range(shards):
+        r = real[i % len(real)]
+        task = ShardTask(i, tuple(range(i * len(r.task.attempt_ids), (i + 1) * len(r.task.attempt_ids))))
+        info = dataclasses.replace(r.info, name=task.name)
+        results.append(dataclasses.replace(r, task=task, info=info))
+    out.mkdir(parents=True)
+    big = DatasetRecorder(out, {r.task.name: r for r in results[:-1]})
+    start = time.perf_counter()
+    big.record(results[-1])  # the first record of a recorder commits at once
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--attempts", type=int, default=100, help="for the overhead runs (loop, CLI)")
+    parser.add_argument("--scaling-attempts", type=int, default=40, help="for the 1- and 2-worker runs")
+    parser.add_argument("--keep", action="store_true", help="keep the datasets written (printed as `out`)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench_scaling_"))
+    spec_path = write_spec(work / "lift_overhead.yaml", args.attempts, 2)
+    scaling_spec = write_spec(work / "lift_scaling.yaml", args.scaling_attempts, 2)
+    load_before = os.getloadavg()[0]
+
+    loop_s = run_loop(spec_path, work / "loop")
+    cli_s = run_cli(spec_path, work / "cli_1", workers=1)
+
+    import ray
+
+    from factory.resolve import resolve_spec
+    from factory.spec import load_spec
+
+    resolved = resolve_spec(load_spec(scaling_spec))
+    # Near-empty shards (horizon 2: one 2-step attempt each): the driver's own cost per shard.
+    empty = resolve_spec(load_spec(write_spec(work / "lift_empty.yaml", 300, 1, horizon=2)))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        w1 = run_in_cluster(resolved, work / "workers_1", 1)
+        w2 = run_in_cluster(resolved, work / "workers_2", 2)
+        bound = run_in_cluster(empty, work / "empty_shards", 2)
+    finally:
+        ray.shutdown()
+
+    loop, cli = summary(work / "loop"), summary(work / "cli_1")
+    r1, r2 = summary(work / "workers_1"), summary(work / "workers_2")
+    for a, b, what in ((work / "loop", work / "cli_1", "overhead"), (work / "workers_1", work / "workers_2", "scaling")):
+        same = (a / "manifest.json").read_text() == (b / "manifest.json").read_text()
+        assert same, f"the {what} runs must write the same shards"
+    episodes, steps = loop["episodes"], loop["steps"]
+    per_min = lambda n, seconds, cores=1: round(n * 60.0 / seconds / cores, 2)  # noqa: E731
+    report = {
+        "benchmark": "scaling",
+        "spec": "scene_specs/lift.yaml, cameras: [], horizon 400, 2 attempts a shard",
+        "cpus": os.cpu_count(),
+        "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "overhead": {
+            "attempts": args.attempts, "episodes": episodes, "success_rate": loop["success_rate"],
+            "loop_s": round(loop_s, 2), "cli_s": round(cli_s, 2),
+            "episodes_per_core_minute": {"loop": per_min(episodes, loop_s), "cli_1_worker": per_min(episodes, cli_s)},
+            "overhead_ratio": round(loop_s / cli_s, 3),
+            "ray_fixed_s": round(cli_s - loop_s, 2),
+            "overhead_in_actor": round(loop["shard_work_s"] / cli["shard_work_s"], 3),
+        },
+        "scaling": {
+            "attempts": args.scaling_attempts, "episodes": r1["episodes"],
+            "workers_1": {k: round(v, 2) for k, v in w1.items()},
+            "workers_2": {k: round(v, 2) for k, v in w2.items()},
+            "episodes_per_core_minute": {"workers_1": per_min(r1["episodes"], w1["steady_s"]),
+                                         "workers_2": per_min(r2["episodes"], w2["steady_s"], cores=2)},
+            "scaling_2_vs_1": round(w1["steady_s"] / w2["steady_s"], 3),
+            "scaling_2_vs_1_wall": round(w1["wall_s"] / w2["wall_s"], 3),
+        },
+        "bytes_per_episode": round(loop["bytes"] / episodes),
+        "bytes_per_step": round(loop["bytes"] / steps),
+        "steps_per_episode": round(steps / episodes, 1),
+        "driver": {
+            "empty_shards_per_s_2_workers": round(300 / bound["steady_s"], 1),
+            "cpu_ms_per_empty_shard": round(bound["driver_cpu_ms_per_shard"], 2),
+            "commit_s_at_10000_shards": round(commit_time_at(10_000, spec_path, work / "loop", work / "commit"), 3),
+        },
+    }
+    if args.keep:
+        report["out"] = str(work)
+    else:
+        shutil.rmtree(work)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""`factory seeds`: a spec's human seed demos written as a dataset, in the same format as generated ones.
+
+    factory seeds scene_specs/lift_lowdim.yaml --out out/lift-seeds
+
+    seed demo hdf5 (states [T, N], actions [T, 7]) ──► restore each state in the spec's Scene
+        ──► proprio [T, 9] (eef pos, eef quat xyzw, gripper qpos), sim_state [T, N], the spec's cameras
+        ──► Episode ──► write_shard (one shard) ──► dataset_info, episodes.jsonl, stats.json, manifest.json
+
+The actions are the human's recorded commands, unchanged; the states are the
+recorded MuJoCo states (the ground truth), so a policy trained on this dataset
+sees exactly what a generated dataset of the same spec would hold for its seeds.
+It is the baseline that `factory train-eval` compares generated data against.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from factory.errors import UserError
+from factory.records import SeedDemo
+from factory.render import FrameRenderer
+from factory.resolve import Resolved
+from factory.run import dataset_info
+from factory.sim import Scene
+from shards import (
+    Episode,
+    load_dataset_info,
+    save_dataset_info,
+    shards_dir,
+)
+from shards.dataset import write_dataset
+
+SOURCE_MARK = "seed_demos"  # dataset_info.json "source" of a dataset written here
+
+
+def check_seeds_dir(out_dir: Path, fingerprint: str) -> None:
+    """Refuse an output directory that holds anything but this spec's seed dataset (which is rewritten)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: output path exists and is not a directory")
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        return
+    try:
+        info = load_dataset_info(out_dir)
+    except ValueError as err:
+        raise UserError(f"{out_dir}: unreadable dataset_info.json ({err}); choose another --out") from None
+    if info is None or info.get("source") != SOURCE_MARK or info.get("spec_fingerprint") != fingerprint:
+        raise UserError(f"{out_dir}: holds something other than this spec's seed-demo dataset; "
+                        "choose another --out (an empty or new folder)")
+
+
+def seed_episode(scene: Scene, renderer: FrameRenderer, demo: SeedDemo, index: int) -> Episode:
+    """Replay one seed demo's states in `scene`: proprio and sim states per step, frames per camera."""
+    scene.env.reset()
+    proprio = np.empty((demo.length, 9), dtype=np.float32)
+    sim_states = np.empty((demo.length, scene.state_size), dtype=np.float64)
+    for t, state in enumerate(demo.states):
+        scene.set_state(state)
+        proprio[t] = scene.proprio()
+        sim_states[t] = scene.get_state()
+    spec = scene.spec
+    frames = renderer.render_frames(demo.states)
+    return Episode(
+        index=index,
+        shard=0,
+        instruction=spec.instructions[index % len(spec.instructions)],
+        seed=index,
+        actions=demo.actions.astype(np.float32),
+        states=proprio,
+        sim_states=sim_states,
+        images=frames.images,
+        depth=frames.depth,
+        segmentation=frames.segmentation,
+        provenance={"kind": SOURCE_MARK, "source": demo.label},
+    )
+
+
+def write_seed_dataset(resolved: Resolved, out_dir: Path) -> dict:
+    """Write every seed demo of `resolved.spec` as one shard in `out_dir`; returns a summary."""
+    spec, scene = resolved.spec, resolved.scene
+    check_seeds_dir(out_dir, spec.fingerprint())
+    if not resolved.demos:
+        raise UserError(f"{spec.path}: seed_demos: the spec lists no seed demo to write")
+    shards_dir(out_dir).mkdir(parents=True, exist_ok=True)
+    info = dataset_info(spec, scene.state_size)
+    info["source"] = SOURCE_MARK
+    save_dataset_info(out_dir, info)
+    renderer = FrameRenderer(scene, spec.cameras, spec.render)
+    try:
+        episodes = [seed_episode(scene, renderer, d.demo, i) for i, d in enumerate(resolved.demos)]
+    finally:
+        renderer.close()
+    manifest = write_dataset(out_dir, episodes, info)  # the manifest last: the dataset counts once listed
+    return {"out": str(out_dir), "episodes": len(episodes), "steps": manifest.total_samples,
+            "cameras": [c.name for c in spec.cameras], "sources": [d.demo.label for d in resolved.demos]}
