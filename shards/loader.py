@@ -14,7 +14,7 @@
       -> dict of tensors, ready for DataLoader's default collation          to_torch
 
 Each stage is a function from an iterator to an iterator (the webdataset
-style). Action chunks need the rest of the episode; episodes are whole and in
+style); they and the records between them live in `shards/stages.py`. Action chunks need the rest of the episode; episodes are whole and in
 order inside a shard, so one episode a shard is held in memory at a time (as
 JPEG bytes; frames are decoded only in the last stage).
 
@@ -40,14 +40,10 @@ workers. Shards that turn out to hold no samples are dropped from the draw.
 
 from __future__ import annotations
 
-import io
-import itertools
-import json
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -55,19 +51,14 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 from braceexpand import braceexpand
-from PIL import Image
-from webdataset.gopen import gopen
 
 from shards.format import (
     ACTION_KEY,
     META_KEY,
     SHARDS_DIRNAME,
     SIM_STATE_KEY,
-    STATE_KEY,
     STATS_FILENAME,
     DatasetError,
-    decode_depth_png,
-    decode_segmentation_png,
     depth_member,
     segmentation_member,
     shards_dir,
@@ -75,15 +66,35 @@ from shards.format import (
 from shards.manifest import load_manifest
 from shards.metadata import load_dataset_info
 from shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
+from shards.stages import (  # noqa: F401 (some re-exported: the records and stages callers know from here)
+    _ACTION_MEMBER,
+    _META_MEMBER,
+    _STATE_MEMBER,
+    EpisodeArrays,
+    Member,
+    RawEpisode,
+    RawSample,
+    ShardTask,
+    Split,
+    StepSample,
+    _decode_jpeg,
+    current_split,
+    decode_episodes,
+    episode_steps,
+    group_episodes,
+    group_samples,
+    load_npy,
+    read_members,
+    resample_shards,
+    select_episodes,
+    shuffle,
+    split_shards,
+    take,
+    to_torch,
+)
 from shards.stats import DatasetStats, load_stats
-from shards.tario import iter_tar
 
 IMAGE_DTYPES = ("uint8", "float32")
-
-_ACTION_MEMBER = f"{ACTION_KEY}.npy"
-_STATE_MEMBER = f"{STATE_KEY}.npy"
-_META_MEMBER = f"{META_KEY}.json"
-_META_FIELDS = frozenset({"episode", "step", "length", "instruction"})
 _ITEM_KEYS = frozenset({"images", "state", "action_chunk", "action_mask", "instruction", "episode", "step",
                         "depth", "segmentation"})
 
@@ -128,291 +139,6 @@ class LoaderConfig:
         if clashes:
             raise ValueError(f"extra_keys {clashes} clash with the loader's own keys; expected member names "
                              f"such as {SIM_STATE_KEY!r}")
-
-
-# ---------------------------------------------------------------- records between stages
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    """One shard for one split to read: keep episodes whose position % parts == part.
-
-    ordinal numbers the tasks of one stream, so two draws of the same shard differ.
-    """
-
-    url: str
-    part: int = 0
-    parts: int = 1
-    ordinal: int = 0
-
-
-@dataclass(frozen=True)
-class Member:
-    task: ShardTask
-    name: str  # "<key>.<suffix>", e.g. "e00000042_t0007.agentview.jpg"
-    data: bytes
-
-
-@dataclass(frozen=True)
-class RawSample:
-    task: ShardTask
-    key: str
-    members: Mapping[str, bytes]  # suffix ("action.npy", "agentview.jpg", ...) -> bytes
-
-
-@dataclass(frozen=True)
-class RawEpisode:
-    task: ShardTask
-    ordinal: int  # position of the episode in its shard, from 0
-    index: int  # global episode index
-    instruction: str
-    samples: tuple[RawSample, ...]  # steps 0..T-1
-
-
-@dataclass(frozen=True)
-class EpisodeArrays:
-    """actions [T, A] and states [T, S] float32 (normalized); frames: camera -> T JPEGs;
-    extras: key -> [T, ...] arrays as stored (unnormalized)."""
-
-    index: int
-    instruction: str
-    actions: np.ndarray
-    states: np.ndarray
-    frames: Mapping[str, tuple[bytes, ...]]
-    extras: Mapping[str, np.ndarray] = field(default_factory=dict)
-    pngs: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)  # member suffix -> T depth/label PNGs
-
-
-@dataclass(frozen=True)
-class StepSample:
-    """One training sample before decoding: action_chunk [H, A] float32, action_mask [H] bool."""
-
-    episode: int
-    step: int
-    instruction: str
-    state: np.ndarray
-    action_chunk: np.ndarray
-    action_mask: np.ndarray
-    frames: Mapping[str, bytes]
-    extras: Mapping[str, np.ndarray] = field(default_factory=dict)  # key -> this step's array
-    pngs: Mapping[str, bytes] = field(default_factory=dict)  # member suffix -> this step's depth/label PNG
-
-
-@dataclass(frozen=True)
-class Split:
-    """Which part of the data this process reads: worker `worker` of rank `rank`."""
-
-    rank: int = 0
-    world_size: int = 1
-    worker: int = 0
-    num_workers: int = 1
-
-    @property
-    def index(self) -> int:
-        return self.rank * self.num_workers + self.worker
-
-    @property
-    def count(self) -> int:
-        return self.world_size * self.num_workers
-
-
-def current_split() -> Split:
-    """This process's rank/world size (torch.distributed, else RANK/WORLD_SIZE) and DataLoader worker."""
-    rank, world_size = 0, 1
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (RANK/WORLD_SIZE)")
-    info = torch.utils.data.get_worker_info()
-    worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-    return Split(rank, world_size, worker, num_workers)
-
-
-# ---------------------------------------------------------------- stages
-
-
-def split_shards(urls: Sequence[str], split: Split) -> Iterator[ShardTask]:
-    """Shard URLs -> the tasks of `split`: whole shards, or one part of one shard (see the module doc)."""
-    n, count, index = len(urls), split.count, split.index
-    if n >= count:
-        for ordinal, url in enumerate(urls[index::count]):
-            yield ShardTask(url, ordinal=ordinal)
-    elif n > 0:
-        shard = index % n
-        readers = (count - shard + n - 1) // n  # splits s < count with s % n == shard
-        yield ShardTask(urls[shard], part=index // n, parts=readers)
-
-
-def resample_shards(urls: Sequence[str], rng: np.random.Generator, empty: set[str]) -> Iterator[ShardTask]:
-    """Shard URLs -> an endless stream of tasks drawn with replacement, skipping URLs in `empty`.
-
-    `empty` is filled by `read_members` as shards turn out to hold nothing.
-    """
-    for ordinal in itertools.count():
-        candidates = [url for url in urls if url not in empty]
-        if not candidates:
-            raise DatasetError(f"resampled loader: none of the {len(urls)} shards holds a sample")
-        yield ShardTask(candidates[int(rng.integers(len(candidates)))], ordinal=ordinal)
-
-
-def read_members(
-    tasks: Iterable[ShardTask],
-    wanted: Callable[[str], bool],
-    on_empty: Callable[[str], Any] = lambda url: None,
-    expected: Mapping[str, int] | None = None,
-) -> Iterator[Member]:
-    """Tasks -> their shards' members whose suffix `wanted` accepts, in tar order.
-
-    URLs are opened with webdataset's `gopen` (paths, file:, pipe:, http(s):) and
-    read by `shards.tario.iter_tar`, which raises `DatasetError` for a corrupt or
-    truncated tar. `expected` maps a URL to its sample count in the manifest, a
-    second check that also catches a valid tar holding the wrong samples.
-    """
-    for task in tasks:
-        samples, last_key = 0, None
-        with gopen(task.url) as stream:
-            for name, data in iter_tar(stream, task.url):
-                key, _, suffix = name.partition(".")
-                if key != last_key:
-                    samples, last_key = samples + 1, key
-                if wanted(suffix):
-                    yield Member(task, name, data)
-        if samples == 0:
-            on_empty(task.url)
-        if expected is not None and task.url in expected and samples != expected[task.url]:
-            raise DatasetError(f"{task.url}: holds {samples} samples, manifest.json lists "
-                               f"{expected[task.url]}; the shard is truncated or corrupt (run shards.verify)")
-
-
-def group_samples(members: Iterable[Member]) -> Iterator[RawSample]:
-    """Members -> samples: adjacent members with the same key (up to the first dot) of the same task."""
-    for (task, key), group in itertools.groupby(members, key=lambda m: (m.task, m.name.partition(".")[0])):
-        parts: dict[str, bytes] = {}
-        for member in group:
-            suffix = member.name.partition(".")[2]
-            if suffix in parts:
-                raise DatasetError(f"{task.url}: member {member.name} appears twice")
-            parts[suffix] = member.data
-        yield RawSample(task, key, parts)
-
-
-def group_episodes(samples: Iterable[RawSample]) -> Iterator[RawEpisode]:
-    """Samples -> whole episodes; steps must run 0..length-1 in order, inside one shard."""
-    steps: list[RawSample] = []
-    first: dict[str, Any] = {}
-    task, ordinal = None, 0
-    for sample in samples:
-        if sample.task is not task and sample.task != task:  # `is`: skips the dataclass __eq__
-            if steps:
-                raise _incomplete(steps[-1], first, len(steps))
-            task, ordinal = sample.task, 0
-        meta = _read_meta(sample)
-        if not steps:
-            first = meta
-        if meta["step"] != len(steps) or meta["episode"] != first["episode"]:
-            raise DatasetError(
-                f"{sample.task.url}: sample {sample.key} follows step {len(steps) - 1} of episode "
-                f"{first['episode']}; episodes must be whole and in order (run shards.verify)"
-            )
-        steps.append(sample)
-        if len(steps) == first["length"]:
-            yield RawEpisode(sample.task, ordinal, first["episode"], first["instruction"], tuple(steps))
-            steps, ordinal = [], ordinal + 1
-    if steps:
-        raise _incomplete(steps[-1], first, len(steps))
-
-
-def select_episodes(episodes: Iterable[RawEpisode]) -> Iterator[RawEpisode]:
-    """Episodes -> those of the task's part (all of them when the task reads a whole shard)."""
-    return (ep for ep in episodes if ep.ordinal % ep.task.parts == ep.task.part)
-
-
-def decode_episodes(
-    episodes: Iterable[RawEpisode], cameras: Sequence[str] | None, normalizer: Normalizer,
-    extra_keys: Sequence[str] = (), pngs: Sequence[str] = (),
-) -> Iterator[EpisodeArrays]:
-    """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames per camera,
-    and the `extra_keys` members stacked as stored."""
-    for ep in episodes:
-        names = cameras if cameras is not None else _jpeg_cameras(ep.samples[0])
-        suffixes = [(camera, f"{camera}.jpg") for camera in names]
-        actions = np.stack([_npy(s, _ACTION_MEMBER) for s in ep.samples])
-        states = np.stack([_npy(s, _STATE_MEMBER) for s in ep.samples])
-        yield EpisodeArrays(
-            index=ep.index,
-            instruction=ep.instruction,
-            actions=normalizer.normalize(ACTION_KEY, actions),
-            states=normalizer.normalize(STATE_KEY, states),
-            frames={c: tuple(_member(s, suffix) for s in ep.samples) for c, suffix in suffixes},
-            extras={key: np.stack([_npy(s, f"{key}.npy") for s in ep.samples]) for key in extra_keys},
-            pngs={suffix: tuple(_member(s, suffix) for s in ep.samples) for suffix in pngs},
-        )
-
-
-def episode_steps(episodes: Iterable[EpisodeArrays], horizon: int) -> Iterator[StepSample]:
-    """Episodes -> one sample a step: actions t..t+H-1, padded past the end with the last action."""
-    for ep in episodes:
-        length = len(ep.actions)
-        padded = np.concatenate([ep.actions, np.repeat(ep.actions[-1:], horizon - 1, axis=0)])
-        masks = np.arange(length)[:, None] + np.arange(horizon) < length  # [T, H]: t + k < T
-        for t in range(length):
-            yield StepSample(
-                episode=ep.index,
-                step=t,
-                instruction=ep.instruction,
-                state=ep.states[t],
-                action_chunk=padded[t : t + horizon],
-                action_mask=masks[t],
-                frames={camera: frames[t] for camera, frames in ep.frames.items()},
-                extras={key: values[t] for key, values in ep.extras.items()},
-                pngs={suffix: frames[t] for suffix, frames in ep.pngs.items()},
-            )
-
-
-def shuffle(samples: Iterable[Any], bufsize: int, rng: np.random.Generator) -> Iterator[Any]:
-    """Samples -> the same samples, each drawn at random from a buffer of `bufsize` (<= 1: unchanged)."""
-    if bufsize <= 1:
-        yield from samples
-        return
-    buffer: list[Any] = []
-    for sample in samples:
-        buffer.append(sample)
-        if len(buffer) >= bufsize:
-            i = int(rng.integers(len(buffer)))
-            buffer[i], buffer[-1] = buffer[-1], buffer[i]
-            yield buffer.pop()
-    rng.shuffle(buffer)
-    yield from buffer
-
-
-def take(samples: Iterable[Any], n: int) -> Iterator[Any]:
-    """Samples -> the first `n`."""
-    return itertools.islice(samples, n)
-
-
-def to_torch(samples: Iterable[StepSample], image_dtype: str) -> Iterator[dict[str, Any]]:
-    """StepSamples -> dicts of tensors (see `ShardDataset`), JPEGs decoded to [3, H, W]."""
-    for s in samples:
-        item = {
-            "images": {camera: _decode_jpeg(data, image_dtype) for camera, data in s.frames.items()},
-            "state": torch.from_numpy(np.array(s.state, dtype=np.float32)),
-            "action_chunk": torch.from_numpy(np.array(s.action_chunk, dtype=np.float32)),
-            "action_mask": torch.from_numpy(np.array(s.action_mask, dtype=bool)),
-            "instruction": s.instruction,
-            "episode": s.episode,
-            "step": s.step,
-        }
-        item.update((key, torch.from_numpy(np.array(value))) for key, value in s.extras.items())
-        for suffix, data in s.pngs.items():
-            camera, _, kind = suffix[: -len(".png")].rpartition("_")  # "agentview_depth.png"
-            if kind == "depth":
-                item.setdefault("depth", {})[camera] = torch.from_numpy(decode_depth_png(data)[None])
-            else:
-                item.setdefault("segmentation", {})[camera] = torch.from_numpy(
-                    decode_segmentation_png(data).astype(np.int64))
-        yield item
 
 
 # ---------------------------------------------------------------- the dataset
@@ -653,86 +379,4 @@ def _wanted_members(cameras: Sequence[str] | None, extra_keys: Sequence[str] = (
 def _worker_quota(epoch_length: int, split: Split) -> int:
     share, rest = divmod(epoch_length, split.num_workers)
     return share + (1 if split.worker < rest else 0)
-
-
-def _member(sample: RawSample, suffix: str) -> bytes:
-    try:
-        return sample.members[suffix]
-    except KeyError:
-        raise DatasetError(
-            f"{sample.task.url}: sample {sample.key} has no {suffix}; it has {sorted(sample.members)}"
-        ) from None
-
-
-def _npy(sample: RawSample, suffix: str) -> np.ndarray:
-    data = _member(sample, suffix)
-    try:
-        return load_npy(data)
-    except ValueError as exc:
-        raise DatasetError(f"{sample.task.url}: {sample.key}.{suffix}: {exc}") from None
-
-
-_NPY_MAGIC = b"\x93NUMPY"
-
-
-def load_npy(data: bytes) -> np.ndarray:
-    """The bytes of a .npy file -> a read-only array viewing them; like `np.load(allow_pickle=False)`.
-
-    Each distinct header is parsed once (numpy parses it with `ast.literal_eval`,
-    which costs more than the rest of reading a small array). Object arrays
-    (pickles) and malformed data raise ValueError.
-    """
-    if data[:6] != _NPY_MAGIC or len(data) < 10:
-        raise ValueError("not a .npy file (no \\x93NUMPY magic)")
-    if data[6] == 1:
-        end = 10 + int.from_bytes(data[8:10], "little")
-    elif data[6] == 2:
-        end = 12 + int.from_bytes(data[8:12], "little")
-    else:  # 3.0 (utf-8 field names) and later: rare, uncached
-        return np.load(io.BytesIO(data), allow_pickle=False)
-    dtype, shape, order, count = _npy_header(data[:end])
-    if len(data) != end + count * dtype.itemsize:
-        raise ValueError(f"holds {len(data) - end} bytes after its header, {dtype} {shape} needs "
-                         f"{count * dtype.itemsize}")
-    return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape, order=order)
-
-
-@lru_cache(maxsize=256)
-def _npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str, int]:
-    # header: the magic, version, length and dict of a .npy file -> (dtype, shape, "C" or "F", count).
-    fp = io.BytesIO(header)
-    version = np.lib.format.read_magic(fp)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran_order, dtype = read(fp)
-    if dtype.hasobject:
-        raise ValueError(f"holds an object array ({dtype}); pickled objects are refused")
-    return dtype, shape, "F" if fortran_order else "C", math.prod(shape)
-
-
-def _read_meta(sample: RawSample) -> dict[str, Any]:
-    meta = json.loads(_member(sample, _META_MEMBER))
-    if not meta.keys() >= _META_FIELDS:
-        missing = sorted(_META_FIELDS - meta.keys())
-        raise DatasetError(f"{sample.task.url}: {sample.key}.meta.json lacks {missing}")
-    return meta
-
-
-def _incomplete(last: RawSample, first: Mapping[str, Any], steps: int) -> DatasetError:
-    return DatasetError(
-        f"{last.task.url}: episode {first['episode']} ends after {steps} of {first['length']} steps "
-        "at the end of the shard; episodes must be whole inside one shard (run shards.verify)"
-    )
-
-
-def _jpeg_cameras(sample: RawSample) -> list[str]:
-    return sorted(suffix[: -len(".jpg")] for suffix in sample.members if suffix.endswith(".jpg"))
-
-
-def _decode_jpeg(data: bytes, image_dtype: str) -> torch.Tensor:
-    with Image.open(io.BytesIO(data)) as image:
-        pixels = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))  # [H, W, 3] uint8
-    # numpy for the transposing copy: torch's parallel copy of a small image costs milliseconds
-    # of thread hand-offs in the main process.
-    tensor = torch.from_numpy(np.array(pixels.transpose(2, 0, 1), order="C"))  # a writable copy
-    return tensor.float().div_(255.0) if image_dtype == "float32" else tensor
 
