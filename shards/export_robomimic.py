@@ -50,7 +50,7 @@ from shards.export_lerobot import (
     load_source,
     read_episodes,
 )
-from shards.format import DatasetError, decode_depth_png, decode_segmentation_png
+from shards.format import DatasetError, decode_depth_png, decode_segmentation_png, fsync_path
 
 ROBOSUITE_ENV_TYPE = 1  # robomimic's EnvType.ROBOSUITE_TYPE
 # dataset_info's state layout name -> robomimic's observation key (robosuite's robot0_ names)
@@ -74,9 +74,9 @@ def export_robomimic(dataset_dir: Path, out_hdf5: Path) -> dict[str, Any]:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         demos, total, obs_keys = _write_file(tmp, source, env_args)
-        _fsync(tmp)
+        fsync_path(tmp)
         os.replace(tmp, out)
-        _fsync(out.parent)
+        fsync_path(out.parent)
     except DatasetError as exc:
         tmp.unlink(missing_ok=True)
         raise UserError(f"{source.dir}: not a readable dataset ({exc})") from None
@@ -193,9 +193,3 @@ def _errors_only(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

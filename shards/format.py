@@ -335,12 +335,12 @@ def atomic_output(path: Path) -> Iterator[BinaryIO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable across a power loss, not just the file data.
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync a file, or a directory (which makes a rename inside it durable across a power loss)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
