@@ -205,7 +205,6 @@ def _bank_spec(spec, surfaces):
 
 
 def test_a_spec_with_a_bank_refuses_a_dataset_without_one(stack, stack_spec, tmp_path):
-    pytest.importorskip("generators.texture_bank", reason="the texture bank module is another helper's, may be absent")
     worker = ShardWorker(_bank_spec(stack_spec, ["table"]), [], stack[0])
     with pytest.raises(UserError, match="no texture bank"):
         worker.load_bank(tmp_path)
