@@ -1,13 +1,15 @@
 """The factory's renderer against `mujoco.Renderer` alone, same model, camera, size and settings.
 
     .venv/bin/python benchmarks/bench_render.py [--spec scene_specs/stack.yaml] [--size 128] [--frames 150]
-        [--rounds 3] [--depth] [--segmentation object]
+        [--rounds 3] [--depth] [--segmentation object] [--scene-file stack_scene.npz]
 
 Both render the states of one recorded seed demo. Prints one JSON object with
 frames per second for: the factory (render + encode, with the encoder inline
 and on one pool thread), the factory's render only, the bare `mujoco.Renderer`
 with the same flags (the reference), and the bare renderer at robosuite's
-defaults (reflections and shadows on). `ratio` = factory render only / bare
+defaults (reflections and shadows on). `--scene-file` (benchmarks/scene_file.py) takes the
+model and states from a saved file instead of building the robosuite env (a GPU machine
+without robosuite); the spec still gives the render settings. `ratio` = factory render only / bare
 reference. Methods run interleaved, `--rounds` times; each figure is the best
 round (a busy machine slows some rounds), all rounds are in `per_round`. With --depth / --segmentation the factory's figures include those
 passes and their PNG encoding (the bare reference stays RGB only).
@@ -18,11 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
-from factory.render import FrameRenderer
-from factory.resolve import resolve_spec
-from factory.spec import CameraSpec, load_spec
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from factory.render import FrameRenderer  # noqa: E402
+from factory.resolve import resolve_spec  # noqa: E402
+from factory.spec import CameraSpec, load_spec  # noqa: E402
 
 
 def _fps(fn, states) -> float:
@@ -41,13 +47,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--depth", action="store_true")
     parser.add_argument("--segmentation", default="none", choices=["none", "geom", "body", "object"])
+    parser.add_argument("--scene-file", default=None, help="a saved scene (benchmarks/scene_file.py)")
     args = parser.parse_args()
     import mujoco  # after factory: importing it picks the offscreen GL backend
 
     spec = load_spec(args.spec)
-    resolved = resolve_spec(spec)
-    scene = resolved.scene
-    states = resolved.demos[0].demo.states[: args.frames]
+    if args.scene_file:
+        from scene_file import load_scene_file
+
+        scene, states = load_scene_file(Path(args.scene_file))
+    else:
+        resolved = resolve_spec(spec)
+        scene, states = resolved.scene, resolved.demos[0].demo.states
+    states = states[: args.frames]
     cam = CameraSpec(name=args.camera, width=args.size, height=args.size, depth=args.depth,
                      segmentation=args.segmentation)
     factory = FrameRenderer(scene, [cam], spec.render)
@@ -84,6 +96,7 @@ def main() -> None:
     result = {
         "benchmark": "render",
         "spec": args.spec,
+        "scene_file": args.scene_file,
         "camera": args.camera,
         "size": args.size,
         "depth": args.depth,

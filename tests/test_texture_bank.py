@@ -34,6 +34,16 @@ def _byte_chars() -> list[str]:
 
 def make_tiny_pipeline(folder: Path) -> Path:
     """A tiny random StableDiffusionPipeline saved to `folder` (save_pretrained layout)."""
+    return make_random_pipeline(folder, "tiny")
+
+
+def make_random_pipeline(folder: Path, arch: str = "tiny") -> Path:
+    """A random StableDiffusionPipeline saved to `folder`: `tiny`, or `sd15` (Stable Diffusion 1.5's
+    published architecture at full size, 1.07 B parameters, saved in float16; for benchmarks).
+
+    The tokenizer is byte-level with no merges in both (its vocabulary is not public data here);
+    the sd15 text encoder keeps CLIP ViT-L/14's 49,408-token embedding table.
+    """
     import torch
     from diffusers import (
         AutoencoderKL,
@@ -43,6 +53,8 @@ def make_tiny_pipeline(folder: Path) -> Path:
     )
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
+    if arch not in ("tiny", "sd15"):
+        raise ValueError(f"arch must be tiny or sd15, got {arch!r}")
     chars = _byte_chars()
     vocab = {tok: i for i, tok in enumerate(chars + [c + "</w>" for c in chars])}
     bos, eos = len(vocab), len(vocab) + 1
@@ -54,29 +66,51 @@ def make_tiny_pipeline(folder: Path) -> Path:
     tokenizer = CLIPTokenizer(str(tok_dir / "vocab.json"), str(tok_dir / "merges.txt"), model_max_length=77)
 
     torch.manual_seed(0)
-    text_config = CLIPTextConfig(
-        vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_attention_heads=2,
-        num_hidden_layers=2, max_position_embeddings=77, projection_dim=16,
-        bos_token_id=bos, eos_token_id=eos, pad_token_id=eos,
-    )
-    unet = UNet2DConditionModel(
-        sample_size=SIZE // 8, in_channels=4, out_channels=4, block_out_channels=(8, 16), layers_per_block=1,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=16, attention_head_dim=2, norm_num_groups=4,
-    )
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, block_out_channels=(8,) * 4, latent_channels=4, norm_num_groups=4,
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4, sample_size=SIZE,
-    )
+    ids = dict(bos_token_id=bos, eos_token_id=eos, pad_token_id=eos, max_position_embeddings=77)
+    if arch == "tiny":
+        text_config = CLIPTextConfig(
+            vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_attention_heads=2,
+            num_hidden_layers=2, projection_dim=16, **ids,
+        )
+        unet_config = dict(
+            sample_size=SIZE // 8, block_out_channels=(8, 16), layers_per_block=1,
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+            cross_attention_dim=16, attention_head_dim=2, norm_num_groups=4,
+        )
+        vae_config = dict(block_out_channels=(8,) * 4, norm_num_groups=4, sample_size=SIZE)
+        build_device, dtype = "cpu", torch.float32
+    else:
+        text_config = CLIPTextConfig(
+            vocab_size=49408, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+            num_hidden_layers=12, projection_dim=768, hidden_act="quick_gelu", **ids,
+        )
+        unet_config = dict(
+            sample_size=64, block_out_channels=(320, 640, 1280, 1280), layers_per_block=2,
+            down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+            up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3,
+            cross_attention_dim=768, attention_head_dim=8, norm_num_groups=32,
+        )
+        vae_config = dict(block_out_channels=(128, 256, 512, 512), layers_per_block=2, norm_num_groups=32,
+                          sample_size=512)
+        build_device = "cuda" if torch.cuda.is_available() else "cpu"  # random init is much faster there
+        dtype = torch.float16
+    with torch.device(build_device):
+        unet = UNet2DConditionModel(in_channels=4, out_channels=4, **unet_config)
+        vae = AutoencoderKL(
+            in_channels=3, out_channels=3, latent_channels=4, down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4, **vae_config,
+        )
+        text_encoder = CLIPTextModel(text_config)
     scheduler = DDIMScheduler(
         beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False,
         set_alpha_to_one=False, steps_offset=1,
     )
     pipe = StableDiffusionPipeline(
-        vae=vae, text_encoder=CLIPTextModel(text_config), tokenizer=tokenizer, unet=unet, scheduler=scheduler,
+        vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=scheduler,
         safety_checker=None, feature_extractor=None, requires_safety_checker=False,
     )
-    pipe.save_pretrained(folder)
+    pipe.to(dtype=dtype).save_pretrained(folder)
     return folder
 
 

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU checks, as one script for a lent GPU machine (no robosuite, no Ray, no package index).
+#
+# Prepared here (paths ignored by git, carried to the machine):
+#   .devdata/stack_scene.npz  benchmarks/scene_file.py --spec scene_specs/stack.yaml --out .devdata/stack_scene.npz
+#   .whl/                     cp312 wheels of mujoco, diffusers, pydantic (+ their missing needs)
+#   .gl/                      the GL loader .debs (libegl1, libglvnd0, libopengl0, ...)
+# Results land in $OUT (one JSON per benchmark, and the log).
+set -u
+OUT=${OUT:-/tmp/device_out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
+vendor=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+[ -f "$vendor" ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$vendor
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+nproc
+python3 -c "import mujoco, diffusers, torch, pydantic; print('mujoco', mujoco.__version__, 'diffusers', diffusers.__version__, 'torch', torch.__version__)"
+
+scene=.devdata/stack_scene.npz
+step() {  # name, timeout, command...
+    local name=$1 limit=$2; shift 2
+    echo "== $name"
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.json" || echo "!! $name failed (exit $?)"
+    cat "$OUT/$name.json"; echo "   ($((SECONDS - t0)) s)"
+}
+step farm_84 150 python3 benchmarks/bench_render_farm.py --scene-file $scene --size 84 --cameras 2 --processes 1,4,8,16 --repeat 3
+step render_84 60 python3 benchmarks/bench_render.py --scene-file $scene --size 84 --rounds 2
+step render_256 60 python3 benchmarks/bench_render.py --scene-file $scene --size 256 --rounds 2
+step texture_sd15 300 python3 benchmarks/bench_texture_bank.py --arch sd15 --size 512 --steps 25 --device cuda --images 8
