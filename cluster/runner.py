@@ -1,7 +1,9 @@
 """Run shards on Ray: one actor per worker, each owning a robosuite env for its lifetime.
 
-    driver: queue of ShardTasks ──► a started, idle actor: run_shard(task) ──► ShardResult (+ node) ──► on_result
-    actors ──► progress queue, on the driver's node: (shard, success) per attempt ──► on_attempt
+    driver: connect, start actors (each builds its env from the spec) ─┐ meanwhile: resolve the spec,
+                                                                        │ load the seed demos
+            set_demos once, then queue of ShardTasks ──► an idle actor: run_shard(task) ──► ShardResult (+ node) ──► on_result
+    actors ──► progress actor, on the driver's node: (shard, success) per attempt ──► on_attempt
 
 Only small records cross the object store (the spec and annotated demos once, then tasks,
 results, progress); each actor writes its shard to the shared output directory itself.
@@ -35,7 +37,6 @@ from typing import TYPE_CHECKING
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
-from ray.util.queue import Empty, Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.gpu import apply_gpu_render_env
@@ -49,7 +50,14 @@ if TYPE_CHECKING:  # the actor module must not import mujoco before the actor pi
 
 # Environment the workers need; forwarded so that a remote cluster renders like the driver.
 _FORWARDED_ENV = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "MUJOCO_EGL_DEVICE_ID")
-_POLL_S = 0.25  # how often the driver drains the progress queue while shards run
+_POLL_S = 0.5  # how often the driver takes the attempts reported while shards run
+
+# Ray turns token authentication on for a new local cluster and says so in a warning line
+# (above the progress bar, or beside a one-line error). It stays on; the line goes. Ray's
+# warning that authentication is *off* is left alone.
+logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+    lambda record: not record.getMessage().startswith("Token authentication is enabled")
+)
 
 
 @dataclass(frozen=True)
@@ -85,19 +93,20 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
     it ends that cluster even if this process is SIGKILLed), None when joining one."""
     if ray.is_initialized():
         return None
-    env_vars = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
-    runtime_env = {"env_vars": env_vars} if env_vars else None
     address = config.address or os.environ.get("RAY_ADDRESS")
     try:
         if address:
+            env_vars = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+            runtime_env = {"env_vars": env_vars} if env_vars else None
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
             return None
         before = children(os.getpid())
+        # No runtime_env here: the local workers inherit this process's environment, and a job
+        # with one starts each worker through the runtime-env agent (≈ 2 s more per actor).
         ray.init(
             num_cpus=config.workers,
             include_dashboard=False,
             log_to_driver=False,  # robosuite chatter in workers; errors still come back as exceptions
-            runtime_env=runtime_env,
             logging_level=logging.WARNING,  # no "Started a local Ray instance" lines above the bar
         )
     except ConnectionError as err:
@@ -107,37 +116,59 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
 
 
 class _ShardActor:
-    """The actor: picks its GPU (if any), then holds one ShardWorker for its lifetime."""
+    """The actor: picks its GPU (if any), then holds one ShardWorker for its lifetime.
 
-    def __init__(self, spec: SceneSpec, demos: Sequence[AnnotatedDemo]):
+    It builds its env from the spec alone, so that it can start while the driver is still
+    loading the seed demos; `set_demos` hands them over before the first shard (an actor runs
+    one caller's calls in the order they were made).
+    """
+
+    def __init__(self, spec: SceneSpec):
         context = ray.get_runtime_context()
         self.info = WorkerInfo(context.get_node_id(), os.getpid(), tuple(str(g) for g in ray.get_gpu_ids()))
         apply_gpu_render_env(self.info.gpus)  # before this process creates its first renderer
         from factory.pipeline import ShardWorker  # imports mujoco (and so fixes MUJOCO_GL)
 
-        self.worker = ShardWorker(spec, demos)
+        self.worker = ShardWorker(spec, ())
 
     def describe(self) -> WorkerInfo:
         return self.info
 
-    def run_shard(self, task: ShardTask, out_dir: str, progress: Queue) -> ShardResult:
+    def set_demos(self, demos: Sequence[AnnotatedDemo]) -> None:
+        self.worker.demos = list(demos)
+
+    def run_shard(self, task: ShardTask, out_dir: str, progress) -> ShardResult:
         result = self.worker.run_shard(task, Path(out_dir), on_attempt=_Reporter(progress, task.index))
         return dataclasses.replace(result, node=self.info.node)
 
 
 class _Reporter:
-    """on_attempt inside the actor: one (shard, success) item per attempt onto the progress queue."""
+    """on_attempt inside the actor: one (shard, success) item per attempt to the progress actor."""
 
-    def __init__(self, progress: Queue, shard: int):
+    def __init__(self, progress, shard: int):
         self.progress, self.shard, self.lost = progress, shard, False
 
     def __call__(self, success: bool) -> None:
         if self.lost:
             return
-        try:
-            self.progress.put_nowait((self.shard, bool(success)))
+        try:  # waited for: the driver sees a shard's attempts no later than its result
+            ray.get(self.progress.put.remote(self.shard, bool(success)))
         except Exception:  # noqa: BLE001 - the bar is display only: losing it must not lose the shard
             self.lost = True
+
+
+class _Progress:
+    """The progress actor: (shard, success) per attempt, taken by the driver in one call."""
+
+    def __init__(self):
+        self.items: list[tuple[int, bool]] = []
+
+    def put(self, shard: int, success: bool) -> None:
+        self.items.append((shard, success))
+
+    def take(self) -> list[tuple[int, bool]]:
+        items, self.items = self.items, []
+        return items
 
 
 def run_shards(
@@ -152,23 +183,63 @@ def run_shards(
     on_workers: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> None:
-    """Run the tasks in order on the cluster; `on_result` is called in the driver as each shard
-    lands, `on_attempt(shard index, success)` per attempt, `on_workers(n)` when the number of
-    live workers changes, `on_warning(line)` when a worker dies and its shard is redone.
-    Once `should_stop()` is true no new shard starts (running ones finish)."""
+    """Run the tasks in order on the cluster (see `ShardCluster.run`); connects, and for a local
+    cluster it started, shuts it down."""
     if not tasks:
         return
-    reaper = connect(config)
-    dispatcher = None
-    try:
-        dispatcher = _Dispatcher(spec, demos, out_dir, config, on_result, on_attempt, on_workers, on_warning)
-        dispatcher.run(tasks, should_stop)
-    finally:
-        if dispatcher is not None:
-            dispatcher.close()
-        if reaper is not None:  # the local cluster is ours
+    with ShardCluster(spec, out_dir, config, max_workers=len(tasks)) as cluster:
+        cluster.run(demos, tasks, on_result, on_attempt, should_stop, on_workers, on_warning)
+
+
+class ShardCluster:
+    """A connected cluster whose actors start building their envs as soon as it is made.
+
+    The driver can do other work meanwhile (resolve the spec, load the seed demos, make a
+    texture bank) and then call `run`; `close` (or leaving the `with`) ends the actors, and the
+    local cluster if this object started it.
+    """
+
+    def __init__(self, spec: SceneSpec, out_dir: Path, config: ClusterConfig, max_workers: int):
+        self.reaper = connect(config)
+        try:
+            self.dispatcher = _Dispatcher(spec, out_dir, config, max_workers)
+        except BaseException:
+            self._disconnect()
+            raise
+
+    def run(
+        self,
+        demos: Sequence[AnnotatedDemo],
+        tasks: Sequence[ShardTask],
+        on_result: Callable[[ShardResult], None],
+        on_attempt: Callable[[int, bool], None] | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+        on_workers: Callable[[int], None] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> None:
+        """Run the tasks in order; `on_result` is called in the driver as each shard lands,
+        `on_attempt(shard index, success)` per attempt, `on_workers(n)` when the number of live
+        workers changes, `on_warning(line)` when a worker dies and its shard is redone. Once
+        `should_stop()` is true no new shard starts (running ones finish)."""
+        self.dispatcher.run(demos, tasks, on_result, on_attempt, should_stop, on_workers, on_warning)
+
+    def close(self) -> None:
+        try:
+            self.dispatcher.close()
+        finally:
+            self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self.reaper is not None:  # the local cluster is ours
             ray.shutdown()
-            release(reaper)
+            release(self.reaper)
+            self.reaper = None
+
+    def __enter__(self) -> ShardCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @dataclass
@@ -178,36 +249,52 @@ class _Worker:
 
 
 class _Dispatcher:
-    def __init__(self, spec, demos, out_dir: Path, config: ClusterConfig, on_result, on_attempt, on_workers,
-                 on_warning):
-        self.config, self.on_result, self.on_attempt = config, on_result, on_attempt
-        self.on_workers = on_workers or (lambda n: None)
-        self.on_warning = on_warning or (lambda line: print(f"warning: {line}", file=sys.stderr))
+    def __init__(self, spec, out_dir: Path, config: ClusterConfig, max_workers: int):
+        self.config = config
+        self.on_result: Callable = lambda result: None
+        self.on_attempt: Callable | None = None
+        self.on_workers: Callable = lambda n: None
+        self.on_warning: Callable = lambda line: print(f"warning: {line}", file=sys.stderr)
         cluster = ray.cluster_resources()
-        self.workers = config.workers or max(1, int(cluster.get("CPU", 1)))
+        self.workers = max(1, min(max_workers, config.workers or int(cluster.get("CPU", 1))))
         self.out_dir = str(Path(out_dir).resolve())
-        # The queue actor lives on the driver's node: losing another node must not lose the progress.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-        self.progress = Queue(maxsize=0, actor_options={"num_cpus": 0, "scheduling_strategy": here})
         options = {"num_cpus": 1, "max_restarts": 0}
+        self.early_warnings: list[str] = []  # said once `run` has somewhere to say them
         if config.gpus_per_worker > 0:
             options["num_gpus"] = config.gpus_per_worker
             if not cluster.get("GPU"):
-                self.on_warning(f"{config.gpus_per_worker} GPU per worker asked, and the cluster has no GPU (yet): "
-                                "the workers start once GPU nodes join")
+                self.early_warnings.append(
+                    f"{config.gpus_per_worker} GPU per worker asked, and the cluster has no GPU (yet): "
+                    "the workers start once GPU nodes join")
         self.actor_class = ray.remote(**options)(_ShardActor)
-        self.spec_ref, self.demos_ref = ray.put(spec), ray.put(list(demos))
+        self.spec_ref = ray.put(spec)
+        self.demos_ref = None  # set by run()
         self.starting: dict = {}  # describe() ref -> _Worker
         self.idle: list[_Worker] = []
         self.running: dict = {}  # run_shard ref -> (_Worker, ShardTask)
         self.deaths: Counter = Counter()  # shard index -> workers lost while running it
         self.lost_while_starting = 0
         self.error: BaseException | None = None
-
-    def run(self, tasks: Sequence[ShardTask], should_stop: Callable[[], bool]) -> None:
-        queue = deque(tasks)
-        for _ in range(min(self.workers, len(tasks))):
+        for _ in range(self.workers):
             self._start_worker()
+        # Made after the workers, so that they get the worker processes Ray has already started.
+        # The queue actor lives on the driver's node: losing another node must not lose the progress.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        self.progress = ray.remote(num_cpus=0, scheduling_strategy=here)(_Progress).remote()
+
+    def run(self, demos, tasks: Sequence[ShardTask], on_result, on_attempt, should_stop: Callable[[], bool],
+            on_workers, on_warning) -> None:
+        self.on_result, self.on_attempt = on_result, on_attempt
+        if on_workers is not None:
+            self.on_workers = on_workers
+        if on_warning is not None:
+            self.on_warning = on_warning
+        for line in self.early_warnings:
+            self.on_warning(line)
+        self.demos_ref = ray.put(list(demos))
+        for worker in self.starting.values():  # every actor is still "starting" here (run handles the events)
+            worker.actor.set_demos.remote(self.demos_ref)
+        queue = deque(tasks)
         stopping = lambda: self.error is not None or should_stop()  # noqa: E731
         while self.running or (queue and not stopping()):
             while queue and self.idle and not stopping():
@@ -230,7 +317,9 @@ class _Dispatcher:
             raise self.error
 
     def _start_worker(self) -> None:
-        actor = self.actor_class.remote(self.spec_ref, self.demos_ref)
+        actor = self.actor_class.remote(self.spec_ref)
+        if self.demos_ref is not None:  # a replacement, started while shards run
+            actor.set_demos.remote(self.demos_ref)
         self.starting[actor.describe.remote()] = _Worker(actor)
 
     def _started(self, worker: _Worker, ref) -> None:
@@ -283,21 +372,18 @@ class _Dispatcher:
         self.on_workers(len(self.idle) + len(self.running))
 
     def _drain_progress(self) -> None:
-        while True:
-            try:
-                items = self.progress.get_nowait_batch(self.progress.qsize())
-            except Empty:
-                return
-            if not items:
-                return
+        try:
+            items = ray.get(self.progress.take.remote())
+        except RayActorError:  # display only: a lost progress actor loses the bar, not the run
+            return
+        if self.on_attempt is not None:
             for shard, success in items:
-                if self.on_attempt is not None:
-                    self.on_attempt(shard, success)
+                self.on_attempt(shard, success)
 
     def close(self) -> None:
         """End every actor of this run (idle, starting, and the progress queue)."""
         actors = [w.actor for w in self.idle] + [w.actor for w in self.starting.values()]
-        actors += [w.actor for w, _ in self.running.values()] + [self.progress.actor]
+        actors += [w.actor for w, _ in self.running.values()] + [self.progress]
         for actor in actors:
             try:
                 ray.kill(actor, no_restart=True)

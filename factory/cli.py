@@ -115,6 +115,12 @@ def _add_train_eval_flags(p: argparse.ArgumentParser) -> None:
 def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None):
     """load_spec (pure), the output directory check (cheap), then resolve (builds the env)."""
     from factory.resolve import resolve_spec
+
+    return resolve_spec(_check(path, overrides, out_dir))
+
+
+def _check(path: Path, overrides: dict | None = None, out_dir: Path | None = None):
+    """load_spec (pure), the output directory check and the texture model check (cheap)."""
     from factory.run import check_output_dir
     from factory.spec import load_spec
     from generators.texture_bank import check_texture_model
@@ -126,7 +132,7 @@ def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None
     bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
     if bank is not None:  # the model must be on disk unless the bank is already made (reads no weights)
         check_texture_model(bank, target, spec_path=spec.path)
-    return resolve_spec(spec)
+    return spec
 
 
 def cmd_validate(args) -> int:
@@ -173,11 +179,11 @@ def cmd_run(args) -> int:
         overrides["seed"] = args.seed
     if args.successes is not None:
         overrides["generation.target_successes"] = args.successes
-    resolved = _load(args.spec, overrides, args.out)
-    if not resolved.demos:
+    spec = _check(args.spec, overrides, args.out)  # resolved by run_dataset, while the cluster starts
+    if not spec.seed_demos:
         raise SpecError(args.spec, "seed_demos", "at least one seed demo file is needed to generate")
-    out_dir = args.out or resolved.spec.output_dir()
-    run_dataset(resolved, out_dir, args.workers, args.address, show_progress=not args.no_progress)
+    out_dir = args.out or spec.output_dir()
+    run_dataset(spec, out_dir, args.workers, args.address, show_progress=not args.no_progress)
     print(format_summary(summarize(out_dir)))
     return 0
 

@@ -1,9 +1,10 @@
 """`factory run`: the driver side of a dataset build, with resume.
 
-    check the output directory (nothing written before the spec fully resolves)
+    check the output directory ──► start the cluster (its actors build their envs) while this
+    process resolves the spec and loads the seed demos (nothing written before both succeed)
     ──► lock DIR/.lock (one driver per directory) ──► dataset_info.json
     ──► skip shards already in the manifest with a matching checksum
-    ──► cluster.run_shards ──► per finished shard: generation.json, then manifest.json (commit point;
+    ──► ShardCluster.run ──► per finished shard: generation.json, then manifest.json (commit point;
         commits are spaced once they get expensive, see DatasetRecorder)
     ──► episodes.jsonl, stats.json
 
@@ -20,13 +21,15 @@ import platform
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from factory.errors import UserError
+from factory.errors import SpecError, UserError
 from factory.pipeline import ShardResult, ShardTask, plan_shards, result_from_json
 from factory.progress import ProgressState, RunProgress
-from factory.resolve import Resolved
+from factory.resolve import Resolved, resolve_spec
 from factory.sim import ACTION_LAYOUT, PROPRIO_LAYOUT
 from factory.spec import SceneSpec
 from generators.texture_bank import ensure_texture_bank
@@ -52,6 +55,9 @@ from shards.format import (
     write_text_atomic,
 )
 from shards.metadata import camera_entry
+
+if TYPE_CHECKING:  # ray is imported by the commands that start a cluster, not by every user of this module
+    from cluster.runner import ClusterConfig, ShardCluster
 
 GENERATION_FILENAME = "generation.json"
 LOCK_FILENAME = ".lock"  # held by the running driver (flock); never part of the dataset
@@ -119,8 +125,11 @@ def load_generation(out_dir: Path) -> dict:
     return read_json_file(path) if path.exists() else {"shards": {}}
 
 
-def finished_results(out_dir: Path, tasks: list[ShardTask]) -> dict[str, ShardResult]:
-    """Shards already done: in the manifest, checksum matching, same attempts as planned."""
+def finished_results(out_dir: Path, tasks: list[ShardTask], verify: bool = True) -> dict[str, ShardResult]:
+    """Shards already done: in the manifest, checksum matching, same attempts as planned.
+
+    verify=False skips the checksums (a quick look: what is left to do, at most).
+    """
     listed, generation = load_manifest(out_dir).by_name(), load_generation(out_dir)
     done = {}
     for task in tasks:
@@ -128,7 +137,7 @@ def finished_results(out_dir: Path, tasks: list[ShardTask]) -> dict[str, ShardRe
         if info is None or entry is None:
             continue
         planned = [task.attempt_ids[0], task.attempt_ids[-1] + 1]
-        if entry.get("attempt_ids") == planned and verify_shard(out_dir, info):
+        if entry.get("attempt_ids") == planned and (not verify or verify_shard(out_dir, info)):
             done[task.name] = result_from_json(task, info, entry)
     return done
 
@@ -281,22 +290,42 @@ def gpus_per_worker(spec: SceneSpec) -> float:
 
 
 def run_dataset(
-    resolved: Resolved, out_dir: Path, workers: int | None, address: str | None, show_progress: bool = True,
+    spec: SceneSpec, out_dir: Path, workers: int | None, address: str | None, show_progress: bool = True,
 ) -> None:
-    """Build (or resume) the dataset of `resolved.spec` in `out_dir` on Ray.
+    """Build (or resume) the dataset of `spec` in `out_dir` on Ray.
 
     `workers` None: one per CPU of the cluster (the local one started, or the one at `address`).
+    The cluster and its actors start while this process resolves the spec (builds the env,
+    loads and annotates the seed demos): the two take seconds each, and overlap.
     """
-    resuming = check_output_dir(out_dir, resolved.spec)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with lock_output_dir(out_dir):
-        _run_locked(resolved, out_dir, resuming, workers, address, show_progress)
+    from cluster.runner import ClusterConfig, ShardCluster
+
+    resuming = check_output_dir(out_dir, spec)
+    tasks = plan_shards(spec)
+    config = ClusterConfig(workers=workers, address=address, gpus_per_worker=gpus_per_worker(spec))
+    left = _shards_left(out_dir, spec, tasks) if resuming else len(tasks)
+    with ThreadPoolExecutor(1, thread_name_prefix="resolve") as pool, contextlib.ExitStack() as stack:
+        resolving = pool.submit(resolve_spec, spec)
+        cluster = stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=left)) if left else None
+        resolved = resolving.result()  # a bad spec raises here; the cluster goes, nothing was written
+        if not resolved.demos:
+            raise SpecError(spec.path, "seed_demos", "at least one seed demo is needed to generate")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with lock_output_dir(out_dir):
+            _run_locked(resolved, out_dir, resuming, config, cluster, show_progress)
 
 
-def _run_locked(resolved: Resolved, out_dir: Path, resuming: bool, workers: int | None, address: str | None,
-                show_progress: bool) -> None:
-    from cluster.runner import ClusterConfig, run_shards
+def _shards_left(out_dir: Path, spec: SceneSpec, tasks: list[ShardTask]) -> int:
+    """A quick look (no checksums, no lock) at how many shards a resumed run has left: 0 starts no cluster."""
+    done = finished_results(out_dir, tasks, verify=False)
+    recorder = DatasetRecorder(out_dir, done)
+    if recorder.prefix_for(spec.generation.target_successes, tasks) is not None:
+        return 0
+    return sum(t.name not in done for t in tasks)
 
+
+def _run_locked(resolved: Resolved, out_dir: Path, resuming: bool, config: ClusterConfig,
+                cluster: ShardCluster | None, show_progress: bool) -> None:
     spec = resolved.spec
     tasks = plan_shards(spec)
     done = finished_results(out_dir, tasks) if resuming else {}
@@ -311,11 +340,10 @@ def _run_locked(resolved: Resolved, out_dir: Path, resuming: bool, workers: int 
     todo = [t for t in tasks if t.name not in done]
     if recorder.prefix_for(target, tasks) is not None:
         todo = []
-    config = ClusterConfig(workers=workers, address=address, gpus_per_worker=gpus_per_worker(spec))
     state = ProgressState(shards_total=len(tasks), attempts_total=spec.generation.attempts, target_successes=target,
                           variants=spec.appearance.variants_per_trajectory)
     start = time.perf_counter()
-    with RunProgress(state, enabled=show_progress) as progress:
+    with RunProgress(state, enabled=show_progress) as progress, contextlib.ExitStack() as stack:
         progress.resumed(len(done), sum(r.attempts for r in done.values()), sum(r.successes for r in done.values()))
 
         def on_result(result: ShardResult) -> None:
@@ -326,12 +354,16 @@ def _run_locked(resolved: Resolved, out_dir: Path, resuming: bool, workers: int 
             recorder.maybe_commit()  # a deferred commit does not wait for the next shard
             return recorder.prefix_for(target, tasks) is not None
 
+        if todo and cluster is None:  # the quick look missed a damaged shard
+            from cluster.runner import ShardCluster
+
+            cluster = stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=len(todo)))
         try:
-            run_shards(
-                spec, resolved.demos, todo, out_dir, config, on_result=on_result, on_attempt=progress.attempt,
-                should_stop=should_stop,
-                on_workers=progress.workers, on_warning=progress.warn,
-            )
+            if todo:
+                cluster.run(
+                    resolved.demos, todo, on_result, on_attempt=progress.attempt, should_stop=should_stop,
+                    on_workers=progress.workers, on_warning=progress.warn,
+                )
         except BaseException:
             with contextlib.suppress(DatasetWriteError):  # the first error is the one to report
                 recorder.commit()  # shards that finished before the error (or Ctrl-C) stay listed
