@@ -53,23 +53,28 @@ MIMICGEN_STACK = {
 
 def run_factory(spec: Path, out: Path, attempts: int) -> tuple[float, float]:
     """`factory run` with one worker; returns its wall time and its processes' CPU time, seconds."""
-    command = [str(Path(sys.executable).parent / "factory"), "run", str(spec), "--out", str(out),
-               "--attempts", str(attempts), "--workers", "1", "--no-progress"]
+    return run_measured([str(Path(sys.executable).parent / "factory"), "run", str(spec), "--out", str(out),
+                         "--attempts", str(attempts), "--workers", "1", "--no-progress"])
+
+
+def run_measured(command: list[str]) -> tuple[float, float]:
+    """Run `command`; (wall seconds, CPU seconds of it and every process under it, sampled twice a
+    second). Exits with the command's output tail if it fails."""
     start = time.perf_counter()
     cpu: dict[int, float] = {}  # pid -> CPU seconds, the latest sample
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, stdout=log, stderr=log, env=dict(os.environ))
         while process.poll() is None:
-            _sample_cpu(process.pid, cpu)
+            sample_cpu(process.pid, cpu)
             time.sleep(0.5)
         wall = time.perf_counter() - start
         if process.returncode != 0:
             log.seek(0)
-            sys.exit(f"factory run failed ({process.returncode}):\n{log.read()[-2000:].decode(errors='replace')}")
+            sys.exit(f"{command[0]} failed ({process.returncode}):\n{log.read()[-2000:].decode(errors='replace')}")
     return wall, sum(cpu.values())
 
 
-def _sample_cpu(root: int, cpu: dict[int, float]) -> None:
+def sample_cpu(root: int, cpu: dict[int, float]) -> None:
     """Record the CPU seconds of `root` and all its descendants (from /proc/<pid>/stat)."""
     parents, times = {}, {}
     for entry in os.listdir("/proc"):

@@ -4,7 +4,8 @@
         [--processes 1,2] [--size 84] [--cameras 2] [--frames 150] [--repeat 2]
 
 Each process is what a Ray render actor does per episode: `FrameRenderer.render_frames` on
-recorded states, `--cameras` views of `--size` px each, rendered and JPEG-encoded. All
+recorded states, `--cameras` views of `--size` px each, rendered and JPEG-encoded
+(`--render-only`: rendered and read back, not encoded). All
 processes start together (a barrier) and the figure is total frames over the slowest
 process's wall time. `scaling` = frames/s with N processes / frames/s with one (the
 reference, measured in the same run). With `--scene-file` (see benchmarks/scene_file.py) no
@@ -28,6 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import factory  # noqa: E402, F401  (before mujoco: it picks the offscreen GL backend)
+
 
 def _load(args):
     if args.scene_file:
@@ -42,7 +45,6 @@ def _load(args):
 
 
 def _worker(args, barrier, results) -> None:
-    import factory  # noqa: F401  (picks the GL backend before mujoco)
     from factory.render import FrameRenderer
     from factory.spec import CameraSpec, RenderSpec
 
@@ -56,7 +58,12 @@ def _worker(args, barrier, results) -> None:
     start = time.perf_counter()
     frames = 0
     for _ in range(args.repeat):
-        renderer.render_frames(states)
+        if args.render_only:  # the GL work and the readback, no JPEG encoding
+            for state in states:
+                scene.set_state(state)
+                renderer.render_views()
+        else:
+            renderer.render_frames(states)
         frames += len(states) * len(cams)
     results.put((frames, time.perf_counter() - start))
     renderer.close()
@@ -78,8 +85,7 @@ def _run(args, n: int) -> dict:
 
 def _gl_vendor(args) -> dict:
     """Which GL implementation the renderer got (llvmpipe is Mesa on the CPU)."""
-    import factory  # noqa: F401
-    import mujoco
+    import mujoco  # after factory (imported at the top): it picks the GL backend
 
     scene, _ = _load(args)
     r = mujoco.Renderer(scene.model, 32, 32)
@@ -103,6 +109,7 @@ def main() -> None:
     parser.add_argument("--cameras", type=int, default=2)
     parser.add_argument("--frames", type=int, default=150)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--render-only", action="store_true", help="leave out the JPEG encoding (on the CPU)")
     args = parser.parse_args()
     counts = [int(n) for n in args.processes.split(",")]
     runs = [_run(args, n) for n in counts]
@@ -114,6 +121,7 @@ def main() -> None:
         "scene": args.scene_file or args.spec,
         "size": args.size,
         "cameras": args.cameras,
+        "render_only": args.render_only,
         "mujoco_gl": os.environ.get("MUJOCO_GL", "egl"),
         **_gl_vendor(args),
         "cpus": os.cpu_count(),

@@ -1,6 +1,6 @@
 """Scaling and Ray overhead of dataset generation, physics only, in one run; prints one JSON object.
 
-    .venv/bin/python benchmarks/bench_scaling.py [--attempts 100] [--scaling-attempts 40]
+    .venv/bin/python benchmarks/bench_scaling.py [--attempts 100] [--rounds 2] [--scaling-attempts 40]
 
 Lift (scene_specs/lift.yaml) with cameras: [], horizon 400, 2 attempts a shard:
 (a) scaling: run_shards on one 2-CPU Ray cluster (started once), the same `--scaling-attempts`
@@ -9,9 +9,13 @@ Lift (scene_specs/lift.yaml) with cameras: [], horizon 400, 2 attempts a shard:
     `scaling_2_vs_1_wall` counts from the call, actor start-up included.
 (b) overhead: `factory run --workers 1` (the CLI end to end: its own local Ray cluster, the
     actor's start-up, stats) against ShardWorker.run_shard over the same shards in a plain loop
-    in this process (spec resolution and stats included, like the CLI). `overhead_ratio` =
-    episodes per core-minute of the CLI over the loop's (target >= 0.9); Ray's fixed cost is
-    `ray_fixed_s`, so the ratio at other sizes is (loop_s) / (loop_s + ray_fixed_s).
+    in this process (spec resolution and stats included, like the CLI), `--rounds` times,
+    interleaved (loop, CLI, loop, CLI, ...): this machine's speed drifts by 20 % over minutes,
+    and alternating spreads the drift over both arms. `overhead_ratio` = episodes per
+    core-minute of the CLI over the loop's, from the summed wall times (target >= 0.9);
+    `per_round` gives each round's. `cpu_ratio` counts CPU seconds instead of wall seconds:
+    the loop process's against every process of the CLI run (driver, GCS, raylet, agents,
+    actors; sampled from /proc), which steal time from other tenants does not inflate.
     `overhead_in_actor` compares only the shard work (generation.json's per-shard wall time).
 Also: bytes per episode and per step (for the shared file system's bandwidth); the driver's
 own limits: shards per second and driver CPU per shard with near-empty shards (horizon 2, on
@@ -34,13 +38,13 @@ import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
+from bench_episodes_per_hour import run_measured  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,15 +60,16 @@ def write_spec(path: Path, attempts: int, per_shard: int, horizon: int = 400) ->
     return path
 
 
-def run_loop(spec_path: Path, out: Path) -> float:
-    """Every shard with ShardWorker.run_shard in this process; timed from spec resolution to stats."""
+def run_loop(spec_path: Path, out: Path) -> tuple[float, float]:
+    """Every shard with ShardWorker.run_shard in this process, timed from spec resolution to stats;
+    (wall seconds, CPU seconds of this process)."""
     from factory.pipeline import ShardWorker, plan_shards
     from factory.resolve import resolve_spec
     from factory.run import DatasetRecorder, dataset_info
     from factory.spec import load_spec
     from shards import save_dataset_info
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     resolved = resolve_spec(load_spec(spec_path))
     worker = ShardWorker(resolved.spec, resolved.demos, resolved.scene)
     out.mkdir(parents=True)
@@ -74,17 +79,13 @@ def run_loop(spec_path: Path, out: Path) -> float:
         recorder.record(worker.run_shard(task, out))
     recorder.commit()
     recorder.finish(time.perf_counter() - start)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def run_cli(spec_path: Path, out: Path, workers: int) -> float:
-    start = time.perf_counter()
-    subprocess.run(
-        [str(Path(sys.executable).parent / "factory"), "run", str(spec_path), "--out", str(out),
-         "--workers", str(workers), "--no-progress"],
-        check=True, capture_output=True, text=True, env=dict(os.environ),
-    )
-    return time.perf_counter() - start
+def run_cli(spec_path: Path, out: Path, workers: int) -> tuple[float, float]:
+    """`factory run`; (wall seconds, CPU seconds of it and every process under it)."""
+    return run_measured([str(Path(sys.executable).parent / "factory"), "run", str(spec_path), "--out", str(out),
+                         "--workers", str(workers), "--no-progress"])
 
 
 def run_in_cluster(resolved, out: Path, workers: int) -> dict:
@@ -150,6 +151,7 @@ def commit_time_at(shards: int, spec_path: Path, dataset: Path, out: Path) -> fl
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--attempts", type=int, default=100, help="for the overhead runs (loop, CLI)")
+    parser.add_argument("--rounds", type=int, default=2, help="loop/CLI pairs, interleaved")
     parser.add_argument("--scaling-attempts", type=int, default=40, help="for the 1- and 2-worker runs")
     parser.add_argument("--keep", action="store_true", help="keep the datasets written (printed as `out`)")
     args = parser.parse_args()
@@ -158,8 +160,12 @@ def main() -> None:
     scaling_spec = write_spec(work / "lift_scaling.yaml", args.scaling_attempts, 2)
     load_before = os.getloadavg()[0]
 
-    loop_s = run_loop(spec_path, work / "loop")
-    cli_s = run_cli(spec_path, work / "cli_1", workers=1)
+    rounds = []
+    for r in range(args.rounds):
+        loop_s, loop_cpu = run_loop(spec_path, work / f"loop_{r}")
+        cli_s, cli_cpu = run_cli(spec_path, work / f"cli_{r}", workers=1)
+        rounds.append({"loop_s": loop_s, "cli_s": cli_s, "loop_cpu_s": loop_cpu, "cli_cpu_s": cli_cpu,
+                       "load_average": round(os.getloadavg()[0], 2)})
 
     import ray
 
@@ -177,12 +183,16 @@ def main() -> None:
     finally:
         ray.shutdown()
 
-    loop, cli = summary(work / "loop"), summary(work / "cli_1")
+    loops = [summary(work / f"loop_{r}") for r in range(args.rounds)]
+    clis = [summary(work / f"cli_{r}") for r in range(args.rounds)]
     r1, r2 = summary(work / "workers_1"), summary(work / "workers_2")
-    for a, b, what in ((work / "loop", work / "cli_1", "overhead"), (work / "workers_1", work / "workers_2", "scaling")):
+    pairs = [(work / "loop_0", work / f"{arm}_{r}", "overhead") for r in range(args.rounds) for arm in ("loop", "cli")]
+    for a, b, what in [*pairs, (work / "workers_1", work / "workers_2", "scaling")]:
         same = (a / "manifest.json").read_text() == (b / "manifest.json").read_text()
         assert same, f"the {what} runs must write the same shards"
+    loop = loops[0]
     episodes, steps = loop["episodes"], loop["steps"]
+    total = {key: sum(r[key] for r in rounds) for key in ("loop_s", "cli_s", "loop_cpu_s", "cli_cpu_s")}
     per_min = lambda n, seconds, cores=1: round(n * 60.0 / seconds / cores, 2)  # noqa: E731
     report = {
         "benchmark": "scaling",
@@ -190,12 +200,16 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "overhead": {
-            "attempts": args.attempts, "episodes": episodes, "success_rate": loop["success_rate"],
-            "loop_s": round(loop_s, 2), "cli_s": round(cli_s, 2),
-            "episodes_per_core_minute": {"loop": per_min(episodes, loop_s), "cli_1_worker": per_min(episodes, cli_s)},
-            "overhead_ratio": round(loop_s / cli_s, 3),
-            "ray_fixed_s": round(cli_s - loop_s, 2),
-            "overhead_in_actor": round(loop["shard_work_s"] / cli["shard_work_s"], 3),
+            "attempts": args.attempts, "rounds": args.rounds, "episodes": episodes,
+            "success_rate": loop["success_rate"],
+            "episodes_per_core_minute": {"loop": per_min(episodes * args.rounds, total["loop_s"]),
+                                         "cli_1_worker": per_min(episodes * args.rounds, total["cli_s"])},
+            "overhead_ratio": round(total["loop_s"] / total["cli_s"], 3),
+            "cpu_ratio": round(total["loop_cpu_s"] / total["cli_cpu_s"], 3),
+            "per_round": [{**{k: round(v, 2) for k, v in r.items()}, "ratio": round(r["loop_s"] / r["cli_s"], 3)}
+                          for r in rounds],
+            "ray_fixed_s_per_run": round((total["cli_s"] - total["loop_s"]) / args.rounds, 2),
+            "overhead_in_actor": round(sum(x["shard_work_s"] for x in loops) / sum(x["shard_work_s"] for x in clis), 3),
         },
         "scaling": {
             "attempts": args.scaling_attempts, "episodes": r1["episodes"],
@@ -212,7 +226,7 @@ def main() -> None:
         "driver": {
             "empty_shards_per_s_2_workers": round(300 / bound["steady_s"], 1),
             "cpu_ms_per_empty_shard": round(bound["driver_cpu_ms_per_shard"], 2),
-            "commit_s_at_10000_shards": round(commit_time_at(10_000, spec_path, work / "loop", work / "commit"), 3),
+            "commit_s_at_10000_shards": round(commit_time_at(10_000, spec_path, work / "loop_0", work / "commit"), 3),
         },
     }
     if args.keep:

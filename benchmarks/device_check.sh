@@ -6,6 +6,8 @@
 #   .whl/                     cp312 wheels of mujoco, diffusers, pydantic (+ their missing needs)
 #   .gl/                      the GL loader .debs (libegl1, libglvnd0, libopengl0, ...)
 # Results land in $OUT (one JSON per benchmark, and the log).
+#
+#   bash benchmarks/device_check.sh [all|farm]     (farm: only the render farm sweeps)
 set -u
 OUT=${OUT:-/tmp/device_out}
 mkdir -p "$OUT"
@@ -28,7 +30,14 @@ step() {  # name, timeout, command...
     timeout "$limit" "$@" > "$OUT/$name.json" || echo "!! $name failed (exit $?)"
     cat "$OUT/$name.json"; echo "   ($((SECONDS - t0)) s)"
 }
-step farm_84 150 python3 benchmarks/bench_render_farm.py --scene-file $scene --size 84 --cameras 2 --processes 1,4,8,16 --repeat 3
+farm="python3 benchmarks/bench_render_farm.py --scene-file $scene --cameras 2"
+if [ "${1:-all}" = farm ]; then
+    step farm_84_sweep 150 $farm --size 84 --processes 1,2,4,8,16 --repeat 8
+    step farm_84_render_only 150 $farm --size 84 --processes 1,2,4,8,16 --repeat 8 --render-only
+    step farm_128_sweep 150 $farm --size 128 --processes 1,2,4,8 --repeat 6
+    exit 0
+fi
+step farm_84 150 $farm --size 84 --processes 1,4,8,16 --repeat 3
 step render_84 60 python3 benchmarks/bench_render.py --scene-file $scene --size 84 --rounds 2
 step render_256 60 python3 benchmarks/bench_render.py --scene-file $scene --size 256 --rounds 2
 step texture_sd15 300 python3 benchmarks/bench_texture_bank.py --arch sd15 --size 512 --steps 25 --device cuda --images 8

@@ -63,7 +63,7 @@ def load_scene_file(path: Path) -> tuple[FileScene, np.ndarray]:
 
     with np.load(path) as data:
         blob, states = data["mjb"].tobytes(), data["states"]
-        bodies = {str(n): int(i) for n, i in zip(data["body_names"], data["body_ids"])}
+        bodies = {str(n): int(i) for n, i in zip(data["body_names"], data["body_ids"], strict=True)}
     with tempfile.TemporaryDirectory() as tmp:
         mjb = Path(tmp) / "model.mjb"
         mjb.write_bytes(blob)

@@ -2,7 +2,8 @@
 
     driver: children before ray.init() ─► ray.init() ─► new children (gcs, raylet, monitors) = the roots
             ─► watch_local_cluster(roots): a reaper process, in its own session
-    reaper: every second, note the roots and their descendants (agents, workers) with start times
+    reaper: every second (every 3 s after the first 10), note the roots and their descendants
+            (agents, workers) with start times
             stdin EOF (the driver ended, however) ─► 5 s grace ─► SIGKILL the noted ones still there
 
 Ray's kernel fate-sharing takes the GCS and the raylet down with the driver, and the workers
@@ -21,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-_SCAN_S = 1.0
+_SCAN_S = 1.0  # while the cluster starts (agents, workers appear)
+_SCAN_LATER_S = 3.0  # after _SETTLED_S: new processes are rare then (a replacement worker)
+_SETTLED_S = 10.0
 _GRACE_S = 5.0
 _reapers: list[subprocess.Popen] = []  # kept referenced: a reaper's stdin closes when its driver ends
 
@@ -87,11 +90,13 @@ def start_time(pid: int) -> int | None:
 
 def _reap(roots: dict[int, int]) -> None:
     seen = dict(roots)
+    started = time.monotonic()
     while True:  # until the driver's end closes our stdin
         for root, t in roots.items():
             if start_time(root) == t:
                 seen.update(descendants(root))
-        ready, _, _ = select.select([sys.stdin], [], [], _SCAN_S)
+        scan = _SCAN_S if time.monotonic() - started < _SETTLED_S else _SCAN_LATER_S
+        ready, _, _ = select.select([sys.stdin], [], [], scan)
         if ready and not os.read(sys.stdin.fileno(), 1024):
             break
     deadline = time.monotonic() + _GRACE_S

@@ -178,17 +178,14 @@ def run_shards(
     out_dir: Path,
     config: ClusterConfig,
     on_result: Callable[[ShardResult], None],
-    on_attempt: Callable[[int, bool], None] | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
-    on_workers: Callable[[int], None] | None = None,
-    on_warning: Callable[[str], None] | None = None,
+    **callbacks,
 ) -> None:
-    """Run the tasks in order on the cluster (see `ShardCluster.run`); connects, and for a local
-    cluster it started, shuts it down."""
+    """Run the tasks in order on the cluster (`ShardCluster.run`, whose callbacks it takes);
+    connects, and shuts down a local cluster it started."""
     if not tasks:
         return
     with ShardCluster(spec, out_dir, config, max_workers=len(tasks)) as cluster:
-        cluster.run(demos, tasks, on_result, on_attempt, should_stop, on_workers, on_warning)
+        cluster.run(demos, tasks, on_result, **callbacks)
 
 
 class ShardCluster:

@@ -64,18 +64,25 @@ LOCK_FILENAME = ".lock"  # held by the running driver (flock); never part of the
 GPUS_ENV = "DEMOFACTORY_GPUS_PER_WORKER"
 
 
+def require_dataset_info(dataset_dir: Path, advice: str = "") -> dict:
+    """DIR/dataset_info.json; a one-line UserError (with `advice` after it) if missing or unreadable."""
+    tail = f"; {advice}" if advice else ""
+    try:
+        info = load_dataset_info(dataset_dir)
+    except DatasetError as err:
+        raise UserError(f"{dataset_dir}: unreadable dataset_info.json ({err}){tail}") from None
+    if info is None:
+        raise UserError(f"{dataset_dir}: not a demofactory dataset (no dataset_info.json){tail}")
+    return info
+
+
 def check_output_dir(out_dir: Path, spec: SceneSpec) -> bool:
     """Refuse a directory holding anything but this spec's dataset; True when resuming."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: output path exists and is not a directory")
     if not out_dir.exists() or not any(p.name != LOCK_FILENAME for p in out_dir.iterdir()):
         return False
-    try:
-        info = load_dataset_info(out_dir)
-    except DatasetError as err:
-        raise UserError(f"{out_dir}: unreadable dataset_info.json ({err}); choose another --out") from None
-    if info is None:
-        raise UserError(f"{out_dir}: exists and is not a demofactory dataset (no dataset_info.json); choose another --out")
+    info = require_dataset_info(out_dir, advice="choose another --out")
     if info.get("spec_fingerprint") != spec.fingerprint():
         name = info.get("spec", {}).get("name", "?")
         raise UserError(

@@ -44,10 +44,11 @@ from factory.policy import (
 )
 from factory.render import FrameRenderer, encode_jpeg
 from factory.resolve import Resolved
+from factory.run import require_dataset_info
 from factory.sim import Scene
 from factory.spec import CameraSpec
 from generators.mimicgen import sample_placement
-from shards import DatasetError, load_dataset_info, load_episodes
+from shards import load_episodes
 from shards.loader import make_loader
 
 EVAL_NAMESPACE = 0xE7A1  # spawn key of evaluation seeds: disjoint from generation's SeedSequence([seed, shard, attempt])
@@ -122,12 +123,7 @@ class TrainLog:
 
 def check_dataset(dataset: Path, scene: Scene) -> dict:
     """The dataset's dataset_info.json, checked against the spec's env (raises UserError)."""
-    try:
-        info = load_dataset_info(dataset)
-    except DatasetError as err:
-        raise UserError(f"{dataset}: unreadable dataset_info.json ({err})") from None
-    if info is None:
-        raise UserError(f"{dataset}: not a demofactory dataset (no dataset_info.json)")
+    info = require_dataset_info(dataset)
     spec = scene.spec
     if info.get("env") != spec.task.env or info.get("sim_state", {}).get("dim") != scene.state_size:
         raise UserError(

@@ -148,7 +148,7 @@ def test_run_into_something_that_is_not_a_dataset(tmp_path, kind):
     if kind == "directory":
         out.mkdir()
         (out / "notes.txt").write_text("my own files\n")
-        expected = "is not a demofactory dataset"
+        expected = "not a demofactory dataset"
     else:
         out.write_text("a file\n")
         expected = "is not a directory"
