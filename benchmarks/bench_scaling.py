@@ -10,8 +10,8 @@ Lift (scene_specs/lift.yaml) with cameras: [], horizon 400, 2 attempts a shard:
 (b) overhead: `factory run --workers 1` (the CLI end to end: its own local Ray cluster, the
     actor's start-up, stats) against ShardWorker.run_shard over the same shards in a plain loop
     in this process (spec resolution and stats included, like the CLI), `--rounds` times,
-    interleaved (loop, CLI, loop, CLI, ...): this machine's speed drifts by 20 % over minutes,
-    and alternating spreads the drift over both arms. `overhead_ratio` = episodes per
+    interleaved as loop, CLI | CLI, loop | loop, CLI ...: this machine's speed drifts by 10-20 %
+    over minutes, and alternating (in both orders) spreads a drift over both arms. `overhead_ratio` = episodes per
     core-minute of the CLI over the loop's, from the summed wall times (target >= 0.9);
     `per_round` gives each round's. `cpu_ratio` counts CPU seconds instead of wall seconds:
     the loop process's against every process of the CLI run (driver, GCS, raylet, agents,
@@ -161,9 +161,12 @@ def main() -> None:
     load_before = os.getloadavg()[0]
 
     rounds = []
-    for r in range(args.rounds):
-        loop_s, loop_cpu = run_loop(spec_path, work / f"loop_{r}")
+    for r in range(args.rounds):  # loop, CLI | CLI, loop | ...: a steady drift falls on both arms alike
+        if r % 2 == 0:
+            loop_s, loop_cpu = run_loop(spec_path, work / f"loop_{r}")
         cli_s, cli_cpu = run_cli(spec_path, work / f"cli_{r}", workers=1)
+        if r % 2 == 1:
+            loop_s, loop_cpu = run_loop(spec_path, work / f"loop_{r}")
         rounds.append({"loop_s": loop_s, "cli_s": cli_s, "loop_cpu_s": loop_cpu, "cli_cpu_s": cli_cpu,
                        "load_average": round(os.getloadavg()[0], 2)})
 
