@@ -179,3 +179,38 @@ def test_verify_export_and_preview_commands_on_a_real_dataset(lift_dataset, tmp_
     capsys.readouterr()
     assert main(["verify", str(broken)]) == 2
     assert shard.name in capsys.readouterr().err
+
+
+def test_a_damaged_shard_is_redone_on_rerun(lift_dataset, tiny_lift_spec, tmp_path, ray_cluster):
+    """Every shard is listed, so the driver's quick look (no checksums) starts no cluster; the
+    checksums under the lock find the damage, and a cluster is started for that shard alone."""
+    from factory.cli import main
+    from factory.run import _shards_left
+
+    copy = tmp_path / "damaged"
+    subprocess.run(["cp", "-r", str(lift_dataset), str(copy)], check=True)
+    listed = load_manifest(copy).by_name()
+    damaged = shards_dir(copy) / "shard-000001.tar"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    untouched = shards_dir(copy) / "shard-000000.tar"
+    mtime = untouched.stat().st_mtime_ns
+    spec = load_spec(tiny_lift_spec)
+    assert _shards_left(copy, spec, plan_shards(spec)) == 0  # the quick look cannot see the damage
+
+    assert main(["run", str(tiny_lift_spec), "--out", str(copy), "--no-progress"]) == 0
+
+    assert sha256_file(damaged) == listed[damaged.name].sha256  # rewritten, byte for byte
+    assert untouched.stat().st_mtime_ns == mtime  # the sound shard was not redone
+    assert load_manifest(copy).by_name() == listed
+
+
+def test_the_quick_look_counts_unlisted_shards(lift_dataset, tiny_lift_spec, tmp_path):
+    from factory.run import _shards_left
+
+    spec = load_spec(tiny_lift_spec)
+    tasks = plan_shards(spec)
+    assert _shards_left(lift_dataset, spec, tasks) == 0
+    more = load_spec(tiny_lift_spec, {"generation.attempts": 8})
+    assert _shards_left(lift_dataset, more, plan_shards(more)) == 2  # shards 2 and 3 are new
