@@ -275,7 +275,7 @@ class _Dispatcher:
         for _ in range(self.workers):
             self._start_worker()
         # Made after the workers, so that they get the worker processes Ray has already started.
-        # The queue actor lives on the driver's node: losing another node must not lose the progress.
+        # The progress actor lives on the driver's node: losing another node must not lose the progress.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         self.progress = ray.remote(num_cpus=0, scheduling_strategy=here)(_Progress).remote()
 
@@ -378,7 +378,7 @@ class _Dispatcher:
                 self.on_attempt(shard, success)
 
     def close(self) -> None:
-        """End every actor of this run (idle, starting, and the progress queue)."""
+        """End every actor of this run (idle, starting, and the progress actor)."""
         actors = [w.actor for w in self.idle] + [w.actor for w in self.starting.values()]
         actors += [w.actor for w, _ in self.running.values()] + [self.progress]
         for actor in actors:

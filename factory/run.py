@@ -149,6 +149,24 @@ def finished_results(out_dir: Path, tasks: list[ShardTask], verify: bool = True)
     return done
 
 
+def shard_prefix(results: dict[str, ShardResult], target: int | None, tasks: list[ShardTask]) -> list[ShardTask] | None:
+    """The shortest run of finished shards 0..j holding `target` successes, if there is one.
+
+    Deciding by shard index, not by finishing order, keeps a "generate until N" dataset
+    the same whatever the number of workers.
+    """
+    if target is None:
+        return None
+    total = 0
+    for j, task in enumerate(tasks):
+        if task.name not in results:
+            return None
+        total += results[task.name].successes
+        if total >= target:
+            return tasks[: j + 1]
+    return None
+
+
 class DatasetWriteError(UserError):
     """The driver could not write a dataset file (disk full, read-only): one line, naming the file."""
 
@@ -211,21 +229,8 @@ class DatasetRecorder:
             ) from None
 
     def prefix_for(self, target: int | None, tasks: list[ShardTask]) -> list[ShardTask] | None:
-        """The shortest run of finished shards 0..j holding `target` successes, if there is one.
-
-        Deciding by shard index, not by finishing order, keeps a "generate until N" dataset
-        the same whatever the number of workers.
-        """
-        if target is None:
-            return None
-        total = 0
-        for j, task in enumerate(tasks):
-            if task.name not in self.results:
-                return None
-            total += self.results[task.name].successes
-            if total >= target:
-                return tasks[: j + 1]
-        return None
+        """`shard_prefix` of the shards recorded so far."""
+        return shard_prefix(self.results, target, tasks)
 
     def keep_only(self, kept: list[ShardTask]) -> None:
         """Drop finished shards past a "generate until N" prefix, from the records and the disk."""
@@ -319,22 +324,20 @@ def run_dataset(
             raise SpecError(spec.path, "seed_demos", "at least one seed demo is needed to generate")
         out_dir.mkdir(parents=True, exist_ok=True)
         with lock_output_dir(out_dir):
-            _run_locked(resolved, out_dir, resuming, config, cluster, show_progress)
+            _run_locked(resolved, tasks, out_dir, resuming, config, cluster, show_progress)
 
 
 def _shards_left(out_dir: Path, spec: SceneSpec, tasks: list[ShardTask]) -> int:
     """A quick look (no checksums, no lock) at how many shards a resumed run has left: 0 starts no cluster."""
     done = finished_results(out_dir, tasks, verify=False)
-    recorder = DatasetRecorder(out_dir, done)
-    if recorder.prefix_for(spec.generation.target_successes, tasks) is not None:
+    if shard_prefix(done, spec.generation.target_successes, tasks) is not None:
         return 0
     return sum(t.name not in done for t in tasks)
 
 
-def _run_locked(resolved: Resolved, out_dir: Path, resuming: bool, config: ClusterConfig,
+def _run_locked(resolved: Resolved, tasks: list[ShardTask], out_dir: Path, resuming: bool, config: ClusterConfig,
                 cluster: ShardCluster | None, show_progress: bool) -> None:
     spec = resolved.spec
-    tasks = plan_shards(spec)
     done = finished_results(out_dir, tasks) if resuming else {}
     shards_dir(out_dir).mkdir(exist_ok=True)
     _remove_stale_temporaries(out_dir)
