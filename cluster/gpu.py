@@ -81,3 +81,15 @@ def apply_gpu_render_env(gpu_ids: Sequence[str | int]) -> dict[str, str]:
         )
     os.environ.update(env)
     return env
+
+
+GPU_WAIT_ENV = "DEMOFACTORY_GPU_WAIT_S"
+GPU_WAIT_S = 600.0  # how long workers asking for GPUs may wait for a GPU node to join a remote cluster
+
+
+def gpu_wait_s() -> float:
+    """Seconds to wait for a GPU node to join: $DEMOFACTORY_GPU_WAIT_S, else GPU_WAIT_S."""
+    try:
+        return max(0.0, float(os.environ.get(GPU_WAIT_ENV, GPU_WAIT_S)))
+    except ValueError:
+        raise UserError(f"${GPU_WAIT_ENV}: expected a number of seconds, got {os.environ[GPU_WAIT_ENV]!r}") from None

@@ -27,10 +27,13 @@ import dataclasses
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +42,8 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.gpu import apply_gpu_render_env
+from cluster.address import START_HINT, first_line, probe_address
+from cluster.gpu import GPU_WAIT_ENV, apply_gpu_render_env, gpu_wait_s
 from cluster.reaper import children, release, watch_local_cluster
 from factory.errors import UserError
 
@@ -94,6 +98,10 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
     if ray.is_initialized():
         return None
     address = config.address or os.environ.get("RAY_ADDRESS")
+    flag = "--address" if config.address else "$RAY_ADDRESS"
+    if address:
+        probe_address(address, flag)
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         if address:
             env_vars = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
@@ -110,7 +118,13 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
             logging_level=logging.WARNING,  # no "Started a local Ray instance" lines above the bar
         )
     except ConnectionError as err:
-        raise UserError(f"--address {address}: cannot connect to a Ray cluster ({err})") from None
+        raise UserError(f"{flag} {address}: cannot connect to a Ray cluster ({first_line(err)}); "
+                        f"{START_HINT}") from None
+    finally:
+        # ray.init makes SIGTERM a bare sys.exit, which aborts the driver mid-teardown (exit 134);
+        # the caller's handler (the CLI's: a clean "interrupted") stays in charge.
+        if sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
     started = {pid: t for pid, t in children(os.getpid()).items() if before.get(pid) != t}  # gcs, raylet, ...
     return watch_local_cluster(started)
 
@@ -127,8 +141,10 @@ class _ShardActor:
         context = ray.get_runtime_context()
         self.info = WorkerInfo(context.get_node_id(), os.getpid(), tuple(str(g) for g in ray.get_gpu_ids()))
         apply_gpu_render_env(self.info.gpus)  # before this process creates its first renderer
+        from factory.mujoco_log import route_mujoco_warnings
         from factory.pipeline import ShardWorker  # imports mujoco (and so fixes MUJOCO_GL)
 
+        route_mujoco_warnings()  # not into MUJOCO_LOG.TXT in the worker's working directory
         self.worker = ShardWorker(spec, ())
 
     def describe(self) -> WorkerInfo:
@@ -199,7 +215,7 @@ class ShardCluster:
     def __init__(self, spec: SceneSpec, out_dir: Path, config: ClusterConfig, max_workers: int):
         self.reaper = connect(config)
         try:
-            self.dispatcher = _Dispatcher(spec, out_dir, config, max_workers)
+            self.dispatcher = _Dispatcher(spec, out_dir, config, max_workers, local=self.reaper is not None)
         except BaseException:
             self._disconnect()
             raise
@@ -207,7 +223,7 @@ class ShardCluster:
     def run(
         self,
         demos: Sequence[AnnotatedDemo],
-        tasks: Sequence[ShardTask],
+        tasks: Iterable[ShardTask],
         on_result: Callable[[ShardResult], None],
         on_attempt: Callable[[int, bool], None] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
@@ -239,6 +255,28 @@ class ShardCluster:
         self.close()
 
 
+class _TaskQueue:
+    """Shards to run: those given back by lost workers first, then `tasks` in order, drawn lazily
+    (a plan of millions of shards is never held as a list)."""
+
+    def __init__(self, tasks: Iterable[ShardTask]):
+        self._again: deque[ShardTask] = deque()
+        self._rest = iter(tasks)
+        self._next = next(self._rest, None)
+
+    def __bool__(self) -> bool:
+        return bool(self._again) or self._next is not None
+
+    def popleft(self) -> ShardTask:
+        if self._again:
+            return self._again.popleft()
+        task, self._next = self._next, next(self._rest, None)
+        return task
+
+    def appendleft(self, task: ShardTask) -> None:
+        self._again.appendleft(task)
+
+
 @dataclass
 class _Worker:
     actor: object  # the ActorHandle
@@ -246,7 +284,7 @@ class _Worker:
 
 
 class _Dispatcher:
-    def __init__(self, spec, out_dir: Path, config: ClusterConfig, max_workers: int):
+    def __init__(self, spec, out_dir: Path, config: ClusterConfig, max_workers: int, local: bool = False):
         self.config = config
         self.on_result: Callable = lambda result: None
         self.on_attempt: Callable | None = None
@@ -257,12 +295,19 @@ class _Dispatcher:
         self.out_dir = str(Path(out_dir).resolve())
         options = {"num_cpus": 1, "max_restarts": 0}
         self.early_warnings: list[str] = []  # said once `run` has somewhere to say them
+        self.gpu_deadline: float | None = None  # give up if no worker has started by then (no GPU joined)
         if config.gpus_per_worker > 0:
             options["num_gpus"] = config.gpus_per_worker
             if not cluster.get("GPU"):
+                if local:  # nothing will ever join a cluster this process started: the workers would wait forever
+                    raise ClusterError(
+                        f"render.gpus_per_worker is {config.gpus_per_worker}, and this machine has no GPU Ray can use; "
+                        "set it to 0 (CPU rendering) or join a GPU cluster with --address")
+                wait_s = gpu_wait_s()
+                self.gpu_deadline = time.monotonic() + wait_s
                 self.early_warnings.append(
                     f"{config.gpus_per_worker} GPU per worker asked, and the cluster has no GPU (yet): "
-                    "the workers start once GPU nodes join")
+                    f"the workers start once GPU nodes join; giving up after {wait_s:.0f} s (${GPU_WAIT_ENV})")
         self.actor_class = ray.remote(**options)(_ShardActor)
         self.spec_ref = ray.put(spec)
         self.demos_ref = None  # set by run()
@@ -279,7 +324,7 @@ class _Dispatcher:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         self.progress = ray.remote(num_cpus=0, scheduling_strategy=here)(_Progress).remote()
 
-    def run(self, demos, tasks: Sequence[ShardTask], on_result, on_attempt, should_stop: Callable[[], bool],
+    def run(self, demos, tasks: Iterable[ShardTask], on_result, on_attempt, should_stop: Callable[[], bool],
             on_workers, on_warning) -> None:
         self.on_result, self.on_attempt = on_result, on_attempt
         if on_workers is not None:
@@ -291,7 +336,7 @@ class _Dispatcher:
         self.demos_ref = ray.put(list(demos))
         for worker in self.starting.values():  # every actor is still "starting" here (run handles the events)
             worker.actor.set_demos.remote(self.demos_ref)
-        queue = deque(tasks)
+        queue = _TaskQueue(tasks)
         stopping = lambda: self.error is not None or should_stop()  # noqa: E731
         while self.running or (queue and not stopping()):
             while queue and self.idle and not stopping():
@@ -301,6 +346,7 @@ class _Dispatcher:
             if not refs:
                 break
             ready, rest = ray.wait(refs, num_returns=1, timeout=_POLL_S)
+            self._check_gpu_deadline()
             if ready and rest:  # everything else done by now too, in one pass: many workers, one driver
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             self._drain_progress()
@@ -312,6 +358,16 @@ class _Dispatcher:
         self._drain_progress()
         if self.error is not None:
             raise self.error
+
+    def _check_gpu_deadline(self) -> None:
+        if self.gpu_deadline is None or self.idle or self.running:
+            self.gpu_deadline = None  # a worker started: GPUs are there
+            return
+        if time.monotonic() > self.gpu_deadline:
+            raise ClusterError(
+                f"no worker could start within {gpu_wait_s():.0f} s: each asks for {self.config.gpus_per_worker} GPU "
+                f"(render.gpus_per_worker) and no GPU node joined the cluster; add GPU nodes, set it to 0, "
+                f"or wait longer with ${GPU_WAIT_ENV}")
 
     def _start_worker(self) -> None:
         actor = self.actor_class.remote(self.spec_ref)
@@ -336,7 +392,7 @@ class _Dispatcher:
         self.idle.append(worker)
         self._report_workers()
 
-    def _finished(self, worker: _Worker, task: ShardTask, ref, queue: deque) -> None:
+    def _finished(self, worker: _Worker, task: ShardTask, ref, queue: _TaskQueue) -> None:
         try:
             result = ray.get(ref)
         except RayActorError as err:
@@ -349,7 +405,7 @@ class _Dispatcher:
         self.on_result(result)  # its attempts were drained just before: they were queued before it returned
         self.idle.append(worker)
 
-    def _lost(self, worker: _Worker, task: ShardTask, err: RayActorError, queue: deque) -> None:
+    def _lost(self, worker: _Worker, task: ShardTask, err: RayActorError, queue: _TaskQueue) -> None:
         ray.kill(worker.actor, no_restart=True)
         self._report_workers()
         self.deaths[task.index] += 1

@@ -1,21 +1,40 @@
 """Annotate seed demos: replay their states in the spec's env and record what generation needs.
 
-    SeedDemo ──► restore state t ──► eef pose, object poses, gripper command, predicates
-             ──► AnnotatedDemo (per subtask: the first step at which its predicate holds)
+    SeedDemo ──► fixtures as recorded ──► restore state t (gripper command t) ──► eef pose,
+             object poses, each subtask's end predicate  ──► holds [T, K]
+             ──► segment_demo: this demo's subtask order, and where each subtask ends
+             ──► AnnotatedDemo
+
+How a demo is cut (`segment_demo`), for people who do things in their own order:
+    1. A predicate "happens" where it starts to hold for at least MIN_RUN steps in a row
+       (a finger brushing a handle for one step is not a grasp).
+    2. From the current segment start, the subtask whose predicate happens first is next;
+       the subtask that ends at the task's success (no `ends_when`, or `success`) is last,
+       whatever the others do, and runs to the end of the demo.
+    3. A subtask ends at the LAST time its predicate happens before the next subtask ends:
+       a person who drops the cube and grasps it again ends the grasp at the second grasp,
+       so the carry that follows starts with the cube in hand.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from factory.errors import UserError
-from factory.predicates import parse_predicate
+from factory.fixtures import infer_fixture_poses
+from factory.predicates import Predicate, parse_predicate
 from factory.records import AnnotatedDemo, SeedDemo
 from factory.sim import Scene
 
+MIN_RUN = 3  # steps a predicate must hold in a row to count (20 Hz: 0.15 s)
+FINISH_TAIL = 15  # steps kept after the task is first done (the hand lets go and clears)
+OTHER_TRAVEL = 0.02  # metres: an unrelated body moved this far was being handled, not nudged
+
 
 def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
-    """Replay `demo` in `scene` and find where each of the spec's subtasks ends."""
+    """Replay `demo` in `scene` and find the order of its subtasks and where each one ends."""
     spec = scene.spec
     if demo.states.shape[1] != scene.state_size:
         raise UserError(
@@ -23,80 +42,144 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
             f"the {spec.task.env} model built from {spec.path.name} ({scene.state_size}); "
             f"is this a demo of another task?"
         )
-    predicates = [parse_predicate(s.ends_when) if s.ends_when else None for s in spec.subtasks]
+    predicates = subtask_predicates(spec.subtasks)
     count = demo.length
     eef = np.empty((count, 4, 4))
     objects = {name: np.empty((count, 4, 4)) for name in spec.objects}
     holds = np.zeros((count, len(predicates)), dtype=bool)
-    scene.env.reset()
+    free = np.empty((count, len(scene.free_bodies), 3))
+    scene.reset(demo.fixture_poses)
+    if demo.fixture_poses is None and scene.has_redrawn_fixtures:
+        infer_fixture_poses(scene, demo)  # a human demo of a Door-like task: the hand tells where it was
+    fixtures = scene.fixture_poses()
     for t, state in enumerate(demo.states):
         scene.set_state(state)
+        scene.gripper_closed = bool(demo.actions[t, -1] > 0)
         if t == 0:
             scene.mark_start()
         eef[t] = scene.eef_pose()
         for name in objects:
             objects[name][t] = scene.object_pose(name)
-        holds[t] = [p is not None and scene.holds(p) for p in predicates]
-    gripper = demo.actions[:, -1].astype(np.float64)
-    order, ends = subtask_order_and_ends(demo, holds, predicates, gripper)
+        holds[t] = [scene.holds(p) for p in predicates]
+        free[t] = scene.data.xpos[scene.free_bodies]
+    scene.gripper_closed = None
+    labels = [str(p) for p in predicates]
+    order, ends, reasons = segment_demo(demo, holds, labels, finishing_index(spec.subtasks))
+    involved = [{scene.bodies[o] for o in (s.object, *predicates[i].all_objects())} for i, s in enumerate(spec.subtasks)]
+    starts = segment_starts(order, ends, involved, scene.free_bodies, free)
     return AnnotatedDemo(
-        demo=demo, eef_poses=eef, object_poses=objects, gripper=gripper, subtask_ends=ends, order=order
+        demo=demo, eef_poses=eef, object_poses=objects, gripper=demo.actions[:, -1].astype(np.float64),
+        subtask_ends=ends, order=order, end_reasons=reasons, fixture_poses=fixtures, holds=holds,
+        subtask_starts=starts,
     )
 
 
-def gripper_events(gripper: np.ndarray) -> np.ndarray:
-    """Steps at which the gripper command flips between open (< 0) and close (> 0)."""
-    closed = gripper > 0
-    return np.flatnonzero(closed[1:] != closed[:-1]) + 1
+def segment_starts(
+    order: Sequence[int], ends: Sequence[int], involved: Sequence[set[int]], bodies: Sequence[int], xpos: np.ndarray
+) -> tuple[int, ...]:
+    """Where each subtask's segment starts: at the previous end, or after the person is done with other things.
 
-
-def subtask_order_and_ends(demo: SeedDemo, holds: np.ndarray, predicates, gripper: np.ndarray):
-    """The order in which this demo does the subtasks, and where each one ends.
-
-    When every subtask but the last has a predicate, the order is that in which the
-    predicates first hold in the demo (a person may pick the bread before the cereal).
-    Otherwise subtasks keep the spec's order, and one without a predicate ends at the
-    next gripper open/close event. Each subtask ends at the first step after the
-    previous end at which its predicate holds; the last one runs to the demo's end.
-    Returns (order: subtask indices, ends: end step per subtask index).
+    A body of no concern to this subtask or the one before it (the other nut, in a one-nut task
+    seeded by a two-nut demo) that travels more than OTHER_TRAVEL m inside the segment means the
+    person was still busy with it: the segment starts once it has stopped for good, so the steps
+    spent on it are not replayed relative to this subtask's object. xpos: [T, len(bodies), 3].
     """
-    count = len(predicates)
-    order = list(range(count))
-    if all(p is not None for p in predicates[:-1]):
-        first = [int(np.argmax(holds[:, i])) if holds[:, i].any() else None for i in range(count)]
-        for i, t in enumerate(first[:-1]):
-            if t is None:
-                _never(demo, i, predicates[i], 0)
-        ranked = [i for i in range(count) if predicates[i] is not None and first[i] is not None]
-        if predicates[-1] is not None and first[-1] is None:
-            ranked = [i for i in ranked if i != count - 1]
-        ranked.sort(key=lambda i: (first[i], i))
-        order = ranked + [i for i in range(count) if i not in ranked]
-    events = gripper_events(gripper)
-    ends, start = [0] * count, 0
-    for k, i in enumerate(order):
-        if k == count - 1:
-            end = demo.length
-        elif predicates[i] is not None:
-            hits = np.flatnonzero(holds[start:, i])
-            if len(hits) == 0:
-                _never(demo, i, predicates[i], start)
-            end = start + int(hits[0]) + 1
-        else:
-            later = events[events > start]
-            if len(later) == 0:
-                raise UserError(
-                    f"{demo.source}: data/{demo.name}: subtask {i} has no ends_when and the gripper "
-                    f"does not open or close after step {start}; give it a predicate"
-                )
-            end = int(later[0])
-        ends[i] = end
+    starts, previous_end = [0] * len(ends), 0
+    for position, index in enumerate(order):
+        start, end = previous_end, ends[index]
+        concern = involved[index] | (involved[order[position - 1]] if position else set())
+        for column, body in enumerate(bodies):
+            if body in concern or end - start < 2:
+                continue
+            path = xpos[start:end, column, :2]  # across the table: falling or settling is not handling
+            if np.linalg.norm(path - path[0], axis=1).max() > OTHER_TRAVEL:
+                moving = np.flatnonzero(np.linalg.norm(np.diff(path, axis=0), axis=1) > 1e-3)
+                start = max(start, min(start + int(moving[-1]) + 1, end - 1))
+        starts[index] = start
+        previous_end = end
+    return tuple(starts)
+
+
+def subtask_predicates(subtasks) -> list[Predicate]:
+    """Each subtask's end predicate; the one without `ends_when` ends at the task's success."""
+    return [parse_predicate(s.ends_when or "success") for s in subtasks]
+
+
+def finishing_index(subtasks) -> int | None:
+    """The subtask that ends at the task's success (comes last in every demo), if the spec has one."""
+    found = [i for i, s in enumerate(subtasks) if s.ends_when in (None, "success")]
+    return found[0] if found else None
+
+
+def run_starts(held: np.ndarray, min_run: int = MIN_RUN) -> np.ndarray:
+    """Steps at which `held` starts to be true for at least `min_run` steps (or to the end)."""
+    padded = np.concatenate([[False], held, [False]])
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    starts, stops = edges[::2], edges[1::2]
+    return starts[(stops - starts >= min_run) | (stops == len(held))]
+
+
+def segment_demo(
+    demo: SeedDemo, holds: np.ndarray, labels: Sequence[str], finishing: int | None
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
+    """This demo's subtask order, the end step of each subtask (spec index) and why it ends there.
+
+    holds: [T, K] each subtask's predicate per step. finishing: the subtask that ends at the
+    task's success (last, runs to the demo's end), or None (then the last in order does).
+    """
+    count = holds.shape[1]
+    runs = [run_starts(holds[:, i]) for i in range(count)]
+    order, firsts, start = [], [], 0
+    pending = [i for i in range(count) if i != finishing]
+    while pending:
+        happen = {i: int(r[r > start][0]) for i in pending if (r := runs[i])[r > start].size}
+        if not happen:
+            _never(demo, pending[0], labels[pending[0]], start)
+        chosen = min(pending, key=lambda i: (happen.get(i, demo.length + 1), i))
+        order.append(chosen)
+        firsts.append(happen[chosen])
+        start = happen[chosen]
+        pending.remove(chosen)
+    if finishing is not None:
+        if not runs[finishing].size and not holds[-1, finishing]:
+            raise UserError(
+                f"{demo.source}: data/{demo.name}: the task is never done in this demo "
+                f"({labels[finishing]} never holds); is it a demo of this task?"
+            )
+        order.append(finishing)
+    ends, reasons = [0] * count, [""] * count
+    start = 0
+    for position, index in enumerate(order):
+        if position == len(order) - 1:
+            after = firsts[-1] if firsts else 0
+            done = runs[index][runs[index] > after] if index == finishing else np.array([], dtype=int)
+            if done.size:  # the task is done: a short tail lets the hand settle; the rest is not this task
+                ends[index] = min(demo.length, int(done[0]) + FINISH_TAIL)
+                reasons[index] = f"the task is done ({labels[index]} from step {int(done[0])}), then {FINISH_TAIL} steps"
+            else:
+                ends[index] = demo.length
+                reasons[index] = f"last: runs to the end of the demo ({labels[index]})"
+            break
+        if position + 1 < len(firsts):
+            limit = firsts[position + 1]
+        else:  # next is the finishing subtask: up to where the task is done, after this one happened
+            done = runs[finishing] if finishing is not None else np.array([], dtype=int)
+            later = done[done > firsts[position]]
+            limit = int(later[0]) if later.size else demo.length
+        candidates = runs[index][(runs[index] > start) & (runs[index] < limit)]
+        if not candidates.size:  # cannot happen with the limits above; a clear error if it ever does
+            _never(demo, index, labels[index], start)
+        end = int(candidates[-1]) + 1
+        times = len(candidates)
+        again = f", the last of {times} times before the next subtask ended" if times > 1 else ""
+        reasons[index] = f"{labels[index]} holds from step {end - 1}{again}"
+        ends[index] = end
         start = end
-    return tuple(order), tuple(ends)
+    return tuple(order), tuple(ends), tuple(reasons)
 
 
-def _never(demo: SeedDemo, index: int, predicate, start: int):
+def _never(demo: SeedDemo, index: int, label: str, start: int):
     raise UserError(
-        f"{demo.source}: data/{demo.name}: subtask {index} never ends: {predicate} does not hold "
-        f"after step {start} of {demo.length}; check the spec's objects and subtasks"
+        f"{demo.source}: data/{demo.name}: subtask {index} never ends: {label} does not hold "
+        f"for {MIN_RUN} steps after step {start} of {demo.length}; check the spec's objects and subtasks"
     )

@@ -1,7 +1,7 @@
 """The `factory` command.
 
     factory validate scene_specs/stack.yaml
-    factory annotate scene_specs/stack.yaml
+    factory annotate scene_specs/stack.yaml [--plot out/annotate]
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
     factory preview out/stack          # contact sheet PNG + one mp4 per camera
@@ -10,6 +10,7 @@
     factory export out/stack --to robomimic out/stack.hdf5
     factory seeds scene_specs/lift_lowdim.yaml --out out/lift-seeds        # the human seed demos as a dataset
     factory train-eval out/lift_lowdim --spec scene_specs/lift_lowdim.yaml   # BC policy: rollout success, JSON
+    factory script scene_specs/pick_place_can.yaml --out demo.hdf5 [--demos 3] [--seed 0]  # seeds from waypoints
 
 Bad input (a spec, a seed file, an output directory) prints one line naming
 the file, the field and what was expected, and exits with code 2.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from pathlib import Path
 
 from factory.errors import SpecError, UserError
@@ -50,9 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a scene spec (YAML, seed demos, env, cameras)")
     p.add_argument("spec", type=Path)
 
-    p = sub.add_parser("annotate", help="show where each subtask starts and ends in each seed demo")
+    p = sub.add_parser("annotate", help="show where each subtask starts and ends in each seed demo, and why")
     p.add_argument("spec", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--plot", type=Path, metavar="DIR",
+                   help="also write a PNG timeline of the predicates per demo into DIR")
 
     p = sub.add_parser("run", help="generate, render and write a dataset on Ray")
     p.add_argument("spec", type=Path)
@@ -65,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else a local one)")
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--truncate", action="store_true",
+                   help="allow the dataset in --out to shrink (fewer --attempts, a lower --successes) "
+                        "or to replace `factory seeds` output; without it such a run is refused")
 
     p = sub.add_parser("preview", help="a contact-sheet PNG and one mp4 per camera of a dataset")
     p.add_argument("dataset", type=Path)
@@ -86,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("seeds", help="write a spec's human seed demos as a dataset (the baseline for train-eval)")
     p.add_argument("spec", type=Path)
     p.add_argument("--out", type=Path, required=True, help="dataset directory (new or empty, or a previous seeds output)")
+
+    p = sub.add_parser("script", help="record seed demos from the spec's script: waypoints (robosuite hdf5)")
+    p.add_argument("spec", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="a new .hdf5 file (robosuite's raw collection format)")
+    p.add_argument("--demos", type=_positive_int, help="demos to record (overrides script.demos)")
+    p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument("--quiet", action="store_true", help="no line per try on stderr")
 
     p = sub.add_parser("train-eval", help="train a behaviour-cloning policy on a dataset and report its rollout success")
     p.add_argument("dataset", type=Path)
@@ -119,7 +134,7 @@ def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None
     return resolve_spec(_check(path, overrides, out_dir))
 
 
-def _check(path: Path, overrides: dict | None = None, out_dir: Path | None = None):
+def _check(path: Path, overrides: dict | None = None, out_dir: Path | None = None, truncate: bool = False):
     """load_spec (pure), the output directory check and the texture model check (cheap)."""
     from factory.run import check_output_dir
     from factory.spec import load_spec
@@ -128,11 +143,25 @@ def _check(path: Path, overrides: dict | None = None, out_dir: Path | None = Non
     spec = load_spec(path, overrides)
     target = (out_dir or spec.output_dir()) if out_dir is not None or overrides is not None else None
     if target is not None:
-        check_output_dir(target, spec)
+        check_output_dir(target, spec, truncate)
     bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
     if bank is not None:  # the model must be on disk unless the bank is already made (reads no weights)
         check_texture_model(bank, target, spec_path=spec.path)
     return spec
+
+
+def _check_output_file(path: Path, flag: str) -> None:
+    """A UserError unless a file can be written at `path` (its folder exists and is writable)."""
+    import os
+
+    parent = path.parent
+    if path.is_dir():
+        raise UserError(f"{path}: {flag}: is a directory, expected a file name")
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise UserError(f"{path}: {flag}: its folder {parent} {what}; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: {flag}: cannot write into {parent} (permission denied)")
 
 
 def cmd_validate(args) -> int:
@@ -146,25 +175,25 @@ def cmd_validate(args) -> int:
 
 
 def cmd_annotate(args) -> int:
+    from factory.annotation_report import format_rows, plot_timeline, segment_rows
+
     resolved = _load(args.spec)
     spec = resolved.spec
-    report = []
+    report, plots = [], []
     for demo in resolved.demos:
-        segments = []
-        for position, index in enumerate(demo.order):
-            start, end = demo.segment(position)
-            sub = spec.subtasks[index]
-            ends = sub.ends_when or ("end of demo" if position == len(demo.order) - 1 else "gripper event")
-            segments.append({"subtask": index, "object": sub.object, "ends_when": ends, "start": start, "end": end})
-        report.append({"demo": demo.demo.label, "length": demo.demo.length, "segments": segments})
+        entry = {"demo": demo.demo.label, "length": demo.demo.length, "segments": segment_rows(spec, demo)}
+        if args.plot is not None:
+            name = f"{demo.demo.source.stem}_{demo.demo.name}.png"
+            entry["plot"] = str(plot_timeline(spec, demo, args.plot / name))
+            plots.append(entry["plot"])
+        report.append(entry)
     if args.json:
         print(json.dumps({"spec": str(args.spec), "demos": report}))
         return 0
     for entry in report:
-        print(f"{entry['demo']}  ({entry['length']} steps)")
-        for seg in entry["segments"]:
-            print(f"  subtask {seg['subtask']}  {seg['object']:<12} steps {seg['start']:>5} .. {seg['end']:<5}"
-                  f"  ends when {seg['ends_when']}")
+        print(format_rows(entry["demo"], entry["length"], entry["segments"]))
+    for plot in plots:
+        print(f"timeline: {plot}")
     return 0
 
 
@@ -179,11 +208,11 @@ def cmd_run(args) -> int:
         overrides["seed"] = args.seed
     if args.successes is not None:
         overrides["generation.target_successes"] = args.successes
-    spec = _check(args.spec, overrides, args.out)  # resolved by run_dataset, while the cluster starts
+    spec = _check(args.spec, overrides, args.out, args.truncate)  # resolved by run_dataset, while the cluster starts
     if not spec.seed_demos:
         raise SpecError(args.spec, "seed_demos", "at least one seed demo file is needed to generate")
     out_dir = args.out or spec.output_dir()
-    run_dataset(spec, out_dir, args.workers, args.address, show_progress=not args.no_progress)
+    run_dataset(spec, out_dir, args.workers, args.address, show_progress=not args.no_progress, truncate=args.truncate)
     print(format_summary(summarize(out_dir)))
     return 0
 
@@ -203,24 +232,36 @@ def cmd_export(args) -> int:
         from shards.export_lerobot import export_lerobot as export
     else:
         from shards.export_robomimic import export_robomimic as export
+    if args.to == "lerobot":
+        from factory.output_dir import check_can_create
+
+        check_can_create(args.out, "out")
+    else:
+        _check_output_file(args.out, "out")
     summary = export(args.dataset, args.out)
     print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}, default=str))
     return 0
 
 
 def cmd_verify(args) -> int:
+    from factory.output_dir import load_generation, require_dataset_info
     from shards.verify import verify_dataset
 
+    require_dataset_info(args.dataset)  # like inspect and run: a folder without it is no dataset
     if not (args.dataset / "manifest.json").is_file():
         raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
     problems = verify_dataset(args.dataset)
+    try:
+        load_generation(args.dataset)
+    except ValueError as err:  # DatasetError; UnicodeDecodeError of a binary file
+        problems.append(str(err))
     if (args.dataset / "textures").is_dir():  # a generative texture bank (appearance.textures.bank)
         from generators.texture_bank import verify_texture_bank
 
         problems += [line.removeprefix(f"{args.dataset}/") for line in verify_texture_bank(args.dataset)]
     if problems:
-        for line in problems:
-            print(f"{args.dataset}/{line}", file=sys.stderr)
+        for line in problems:  # some already name the file in full
+            print(line if line.startswith(f"{args.dataset}/") else f"{args.dataset}/{line}", file=sys.stderr)
         print(f"error: {args.dataset}: {len(problems)} problem(s) found", file=sys.stderr)
         return 2
     print(f"ok: {args.dataset}: every shard, episode and statistic matches")
@@ -236,13 +277,37 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_seeds(args) -> int:
+    from factory.output_dir import check_can_create
     from factory.seeds import check_seeds_dir, write_seed_dataset
     from factory.spec import load_spec
 
     spec = load_spec(args.spec)
+    check_can_create(args.out, "--out")
     check_seeds_dir(args.out, spec.fingerprint())  # before the env is built
     resolved = _load(args.spec)
     print(json.dumps(write_seed_dataset(resolved, args.out)))
+    return 0
+
+
+def cmd_script(args) -> int:
+    from factory.spec import load_spec
+
+    overrides = {"seed": args.seed} if args.seed is not None else {}
+    spec = load_spec(args.spec, overrides)
+    if spec.script is None:
+        raise SpecError(args.spec, "script", "no script: section (waypoints to record seed demos from; "
+                                             "see scene_specs/pick_place_can.yaml)")
+    if args.demos is not None:
+        spec = load_spec(args.spec, {**overrides, "script.demos": args.demos})
+    from factory.script import check_output, make_scene, model_xml, record_demos, save_demos
+
+    check_output(args.out, args.force)  # before the env is built
+    scene = make_scene(spec)
+    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    demos = record_demos(scene, spec.script.demos, log)
+    save_demos(args.out, spec, model_xml(scene), demos)
+    print(json.dumps({"out": str(args.out), "demos": len(demos), "tries": sum(d.tries for d in demos),
+                      "lengths": [d.length for d in demos]}))
     return 0
 
 
@@ -259,6 +324,9 @@ def cmd_train_eval(args) -> int:
         raise UserError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
     if not (args.dataset / "manifest.json").is_file():
         raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
+    for flag, path in (("--out", args.out), ("--save-policy", args.save_policy)):
+        if path is not None:  # up front: training and rollouts take minutes, and the report would be lost
+            _check_output_file(path, flag)
     resolved = _load(args.spec)
     log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     report = train_eval(args.dataset, resolved, config, log=log, save=args.save_policy)
@@ -272,19 +340,45 @@ def cmd_train_eval(args) -> int:
 
 COMMANDS = {"validate": cmd_validate, "annotate": cmd_annotate, "run": cmd_run, "preview": cmd_preview, "export": cmd_export,
             "verify": cmd_verify,
-            "inspect": cmd_inspect, "seeds": cmd_seeds, "train-eval": cmd_train_eval}
+            "inspect": cmd_inspect, "seeds": cmd_seeds, "train-eval": cmd_train_eval,
+            "script": cmd_script}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: what finished is kept (Ray's own handler aborts the driver)."""
+
+
+_signals: list[int] = []  # received: the exit code says which, whatever re-raised the interrupt on the way
+
+
+def _terminate(signum, frame) -> None:
+    _signals.append(signum)
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+    if args.command not in ("verify", "inspect", "export", "preview"):  # those never step MuJoCo
+        from factory.mujoco_log import route_mujoco_warnings
+
+        route_mujoco_warnings()
     try:
         return COMMANDS[args.command](args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         print("interrupted: finished shards are kept; run the same command again to resume", file=sys.stderr)
-        return 130
+        return 143 if isinstance(err, Terminated) or _signals else 130
+    except (OSError, ValueError) as err:  # a file the checks above missed: still one line, not a traceback
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        text = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"error: {where}{text}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

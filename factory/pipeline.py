@@ -26,10 +26,10 @@ from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
 from factory.records import AnnotatedDemo, Attempt
 from factory.render import FrameRenderer
-from factory.sim import Scene
+from factory.sim import ACTION_LAYOUT, Scene
 from factory.spec import SceneSpec
 from generators.appearance import AppearanceDraw, AppearanceRandomizer, variant_rng
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from generators.mimicgen import AttemptPlan, attempt_seed, failure_phase, generate_attempt
 from shards import Episode, EpisodeRecord, ShardInfo, shard_name, shards_dir, write_shard
 
 
@@ -74,13 +74,33 @@ class ShardResult:
         }
 
 
-def plan_shards(spec: SceneSpec) -> list[ShardTask]:
+class ShardPlan(Sequence[ShardTask]):
+    """The shards of `attempts` attempts, `per_shard` each, made on demand.
+
+    A sequence, not a list: `--attempts 100000000` plans ten million shards, which as
+    objects would take gigabytes before the first one ran.
+    """
+
+    def __init__(self, attempts: int, per_shard: int):
+        self.attempts, self.per_shard = attempts, per_shard
+
+    def __len__(self) -> int:
+        return (self.attempts + self.per_shard - 1) // self.per_shard
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"shard {index} is not in a plan of {len(self)} shards")
+        first = index * self.per_shard
+        return ShardTask(index, tuple(range(first, min(first + self.per_shard, self.attempts))))
+
+
+def plan_shards(spec: SceneSpec) -> ShardPlan:
     """Split the spec's attempts into shards of `generation.attempts_per_shard`."""
-    per, total = spec.generation.attempts_per_shard, spec.generation.attempts
-    return [
-        ShardTask(i, tuple(range(i * per, min((i + 1) * per, total))))
-        for i in range((total + per - 1) // per)
-    ]
+    return ShardPlan(spec.generation.attempts, spec.generation.attempts_per_shard)
 
 
 def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
@@ -90,7 +110,14 @@ def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
         path = spec.resolve_path(rel)
         if not path.is_file():
             raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
-        demos.extend(annotate_demo(scene, demo) for demo in load_seed_demos(path))
+        loaded = load_seed_demos(path)
+        width = sum(n for _, n in ACTION_LAYOUT)
+        for demo in loaded:
+            if demo.actions.shape[1] != width:  # generation replays them as the arm's delta-pose actions
+                layout = ", ".join(f"{k} {n}" for k, n in ACTION_LAYOUT)
+                raise UserError(f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
+                                f"{width} ({layout}) for {spec.task.controller}")
+        demos.extend(annotate_demo(scene, demo) for demo in loaded)
     return demos
 
 
@@ -199,7 +226,8 @@ class ShardWorker:
                 successes += 1
                 episodes.extend(self.make_episode(attempt, k) for k in range(self.variants))
             else:
-                failures[failure_kind(attempt.reason)] += 1
+                # "transit: ..." when a bridging motion disturbed an object first (`factory inspect` shows both)
+                failures[f"{failure_phase(attempt)}: {failure_kind(attempt.reason)}"] += 1
             if on_attempt is not None:
                 on_attempt(attempt.success)
         directory = shards_dir(out_dir)

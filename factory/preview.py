@@ -23,7 +23,7 @@ import re
 import tarfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,15 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from factory.errors import UserError
-from shards import EpisodeRecord, load_dataset_info, load_episodes, shards_dir
+from shards import (
+    EpisodeRecord,
+    Manifest,
+    check_shard,
+    load_dataset_info,
+    load_episodes,
+    load_manifest,
+    shards_dir,
+)
 from shards.format import atomic_output
 
 PREVIEW_DIRNAME = "preview"
@@ -241,6 +249,8 @@ class _Dataset:
     fps: float
     cameras: tuple[Camera, ...]
     records: tuple[EpisodeRecord, ...]  # sorted by index
+    manifest: Manifest = Manifest()
+    checked: set[str] = field(default_factory=set)  # shards whose checksum matched the manifest
 
 
 def _load_dataset(dataset_dir: Path) -> _Dataset:
@@ -250,6 +260,7 @@ def _load_dataset(dataset_dir: Path) -> _Dataset:
     try:
         info = load_dataset_info(path)
         records = load_episodes(path)
+        manifest = load_manifest(path)
     except (OSError, ValueError) as err:  # DatasetError is a ValueError
         raise UserError(f"{path}: not a readable dataset ({err})") from None
     if info is None:
@@ -268,6 +279,7 @@ def _load_dataset(dataset_dir: Path) -> _Dataset:
         fps=fps,
         cameras=cameras,
         records=tuple(sorted(records, key=lambda record: record.index)),
+        manifest=manifest,
     )
 
 
@@ -313,6 +325,7 @@ def _iter_frames(
     the last wanted episode, as episodes are whole and in index order in a shard.
     """
     shard = shards_dir(dataset.path) / shard_name
+    _check_listed(dataset, shard_name)
     cameras = {camera.name: camera for camera in dataset.cameras}
     last = max(wanted)
     try:
@@ -331,6 +344,21 @@ def _iter_frames(
                 yield index, camera.name, step, _decode(shard, member, tar.extractfile(member), camera)
     except (OSError, tarfile.TarError) as err:  # PIL's UnidentifiedImageError is an OSError
         raise UserError(f"{shard}: cannot read frames ({err})") from None
+
+
+def _check_listed(dataset: _Dataset, shard_name: str) -> None:
+    # Only the shards the preview reads are hashed (a whole dataset may be large), each once.
+    if shard_name in dataset.checked:
+        return
+    info = dataset.manifest.by_name().get(shard_name)
+    if info is None:
+        raise UserError(f"{shards_dir(dataset.path) / shard_name}: holds episodes of episodes.jsonl, "
+                        "yet manifest.json does not list it (an unfinished run? run factory verify)")
+    try:
+        check_shard(dataset.path, info)
+    except ValueError as err:  # DatasetError
+        raise UserError(str(err)) from None
+    dataset.checked.add(shard_name)
 
 
 def _decode(shard: Path, member: tarfile.TarInfo, f: Any, camera: Camera) -> Image.Image:

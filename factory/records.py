@@ -7,7 +7,7 @@ state (time, qpos, qvel).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,9 @@ class SeedDemo:
     env_name: str  # robosuite env it was recorded in, "" when the file does not say
     states: np.ndarray
     actions: np.ndarray
+    # Poses of fixtures robosuite re-draws at reset (body -> [x, y, z, qw, qx, qy, qz]) when the
+    # file records them (`factory script` does; human demos do not): see `Scene.reset`.
+    fixture_poses: Mapping[str, Sequence[float]] | None = None
 
     @property
     def length(self) -> int:
@@ -55,11 +58,21 @@ class AnnotatedDemo:
     gripper: np.ndarray
     subtask_ends: tuple[int, ...]
     order: tuple[int, ...] = ()
+    # Per subtask (spec index): why its segment ends where it does, for `factory annotate`.
+    end_reasons: tuple[str, ...] = ()
+    fixture_poses: Mapping[str, Sequence[float]] | None = None  # as replayed (see SeedDemo)
+    holds: np.ndarray | None = None  # [T, subtasks] bool: each subtask's end predicate per step
+    # Per subtask (spec index): where its segment starts. Empty: where the previous one ended.
+    # Later than that when the person was still busy with an object of no concern to this subtask.
+    subtask_starts: tuple[int, ...] = ()
 
     def segment(self, position: int) -> tuple[int, int]:
         """[start, end) of the `position`-th subtask in this demo's order."""
+        index = self.order[position]
+        if self.subtask_starts:
+            return self.subtask_starts[index], self.subtask_ends[index]
         start = 0 if position == 0 else self.subtask_ends[self.order[position - 1]]
-        return start, self.subtask_ends[self.order[position]]
+        return start, self.subtask_ends[index]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from factory.errors import UserError
-from factory.run import load_generation
+from factory.output_dir import GENERATION_FILENAME, load_generation
 from shards import DatasetError, load_dataset_info, load_manifest
 
 
@@ -30,6 +30,8 @@ def summarize(dataset_dir: Path) -> dict:
     planned = info["spec"]["generation"]["attempts"]
     target = info["spec"]["generation"].get("target_successes")
     seeds = info.get("source") == "seed_demos"  # written by `factory seeds`: nothing was generated
+    if manifest.shards and not seeds and not (dataset_dir / GENERATION_FILENAME).exists():
+        attempts = successes = None  # unknown, not zero: the record of them is gone
     subtasks = _subtask_table(info["spec"]["subtasks"], shards)
     return {
         "path": str(dataset_dir),
@@ -37,11 +39,12 @@ def summarize(dataset_dir: Path) -> dict:
         "env": info["env"],
         "attempts": attempts,
         "attempts_planned": planned,
-        "complete": attempts >= planned or (target is not None and successes >= target) or seeds,
+        "complete": attempts is not None and (attempts >= planned or (target is not None and successes >= target))
+                    or seeds,
         "source": info.get("source", "generated"),
         "target_successes": target,
         "successes": successes,
-        "success_rate": round(successes / attempts, 4) if attempts else 0.0,
+        "success_rate": round(successes / attempts, 4) if attempts else None if attempts is None else 0.0,
         "failures": dict(sorted(failures.items())),
         "retries": sum(row["retries"] for row in subtasks),
         "subtasks": subtasks,
@@ -70,11 +73,15 @@ def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
 
 def format_summary(summary: dict) -> str:
     """A few aligned lines for people."""
+    if summary["attempts"] is None:
+        unknown = f"unknown: {GENERATION_FILENAME} is missing (run the same `factory run` again to rebuild it)"
+        counts = [("attempts", unknown), ("successes", "unknown")]
+    else:
+        counts = [("attempts", f"{summary['attempts']} of {summary['attempts_planned']} planned" + _completion(summary)),
+                  ("successes", f"{summary['successes']}  ({summary['success_rate']:.1%})")]
     rows = [
         ("dataset", f"{summary['path']}  ({summary['name']}, {summary['env']})"),
-        ("attempts", f"{summary['attempts']} of {summary['attempts_planned']} planned"
-                     + _completion(summary)),
-        ("successes", f"{summary['successes']}  ({summary['success_rate']:.1%})"),
+        *counts,
         ("failures", ", ".join(f"{k}: {v}" for k, v in summary["failures"].items()) or "none"),
         ("retries", str(summary["retries"])),
         ("episodes", str(summary["episodes"])),

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from factory.errors import SpecError
 from factory.pipeline import prepare_demos
 from factory.records import AnnotatedDemo
 from factory.sim import Scene
 from factory.spec import SceneSpec
+from generators.mimicgen import sample_placement
 
 
 @dataclass
@@ -43,7 +46,46 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
                 spec.path, f"cameras[{i}].name",
                 f"unknown camera {cam.name!r} in the {spec.task.env} model (expected one of: {', '.join(cameras)})",
             )
-    return Resolved(spec=spec, scene=scene, demos=prepare_demos(spec, scene))
+    demos = prepare_demos(spec, scene)
+    if demos:
+        check_placement(spec, scene, {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()})
+    return Resolved(spec=spec, scene=scene, demos=demos)
+
+
+def check_placement(spec: SceneSpec, scene: Scene, start_xy: dict[str, np.ndarray]) -> None:
+    """Refuse placements under which every attempt must fail: objects moved off the table, or a
+    `min_separation` no draw within the ranges can meet (a SpecError naming the field)."""
+    table = _table_rect(scene)
+    for name, ranges in spec.placement.objects.items():
+        if table is None or name not in start_xy:
+            break
+        for axis, (lo, hi), start, (low_edge, high_edge) in zip(
+            "xy", (ranges.x, ranges.y), start_xy[name], table, strict=True
+        ):
+            if start + lo < low_edge or start + hi > high_edge:
+                raise SpecError(
+                    spec.path, f"placement.objects.{name}.{axis}",
+                    f"[{lo}, {hi}] moves {name} off the table ({axis} from {start + lo:.2f} to {start + hi:.2f} m, "
+                    f"the table spans {low_edge:.2f} to {high_edge:.2f} m); expected offsets within "
+                    f"[{low_edge - start:.2f}, {high_edge - start:.2f}]",
+                )
+    separation = spec.placement.min_separation
+    if separation > 0 and set(spec.placement.objects) <= set(start_xy):
+        try:  # the sampler generation uses, with many more draws than an attempt gets
+            sample_placement(spec.placement, start_xy, np.random.default_rng(0), max_tries=2000)
+        except RuntimeError:
+            raise SpecError(spec.path, "placement.min_separation",
+                            f"{separation} m cannot be met: no placement within placement.objects' ranges keeps "
+                            "every pair of objects that far apart (2000 draws); expected a smaller distance "
+                            "or wider ranges") from None
+
+
+def _table_rect(scene: Scene) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    # robosuite's table-top tasks (Lift, Stack, ...) say where their table is; other arenas do not.
+    size, offset = getattr(scene.env, "table_full_size", None), getattr(scene.env, "table_offset", None)
+    if size is None or offset is None:
+        return None
+    return tuple((float(offset[i]) - size[i] / 2, float(offset[i]) + size[i] / 2) for i in range(2))
 
 
 def _check_names(spec: SceneSpec) -> None:

@@ -21,12 +21,27 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from factory.errors import SpecError, UserError
+from factory.output_dir import (
+    GENERATION_FILENAME,
+    LOCK_FILENAME,
+    SEEDS_SOURCE,
+    check_output_dir,
+    clear_dataset,
+    load_generation,
+    refuse_shrinking,
+    repair_records,
+    require_dataset_info,
+    shard_prefix,
+    shards_dropped,
+    task_named,
+)
 from factory.pipeline import ShardResult, ShardTask, plan_shards, result_from_json
 from factory.progress import ProgressState, RunProgress
 from factory.resolve import Resolved, resolve_spec
@@ -37,7 +52,6 @@ from shards import (
     DatasetError,
     Manifest,
     compute_stats,
-    load_dataset_info,
     load_manifest,
     save_dataset_info,
     save_episodes,
@@ -51,7 +65,6 @@ from shards.format import (
     MANIFEST_FILENAME,
     STATS_FILENAME,
     dumps_json,
-    read_json_file,
     write_text_atomic,
 )
 from shards.metadata import camera_entry
@@ -59,38 +72,7 @@ from shards.metadata import camera_entry
 if TYPE_CHECKING:  # ray is imported by the commands that start a cluster, not by every user of this module
     from cluster.runner import ClusterConfig, ShardCluster
 
-GENERATION_FILENAME = "generation.json"
-LOCK_FILENAME = ".lock"  # held by the running driver (flock); never part of the dataset
 GPUS_ENV = "DEMOFACTORY_GPUS_PER_WORKER"
-
-
-def require_dataset_info(dataset_dir: Path, advice: str = "") -> dict:
-    """DIR/dataset_info.json; a one-line UserError (with `advice` after it) if missing or unreadable."""
-    tail = f"; {advice}" if advice else ""
-    try:
-        info = load_dataset_info(dataset_dir)
-    except DatasetError as err:
-        raise UserError(f"{dataset_dir}: unreadable dataset_info.json ({err}){tail}") from None
-    if info is None:
-        raise UserError(f"{dataset_dir}: not a demofactory dataset (no dataset_info.json){tail}")
-    return info
-
-
-def check_output_dir(out_dir: Path, spec: SceneSpec) -> bool:
-    """Refuse a directory holding anything but this spec's dataset; True when resuming."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir}: output path exists and is not a directory")
-    if not out_dir.exists() or not any(p.name != LOCK_FILENAME for p in out_dir.iterdir()):
-        return False
-    info = require_dataset_info(out_dir, advice="choose another --out")
-    if info.get("spec_fingerprint") != spec.fingerprint():
-        name = info.get("spec", {}).get("name", "?")
-        raise UserError(
-            f"{out_dir}: holds a different dataset (spec {name!r}, fingerprint "
-            f"{str(info.get('spec_fingerprint'))[:12]}; this spec: {spec.fingerprint()[:12]}); "
-            "choose another --out or remove it"
-        )
-    return True
 
 
 def dataset_info(spec: SceneSpec, state_size: int) -> dict:
@@ -127,44 +109,21 @@ def _version(pkg: str) -> str:
         return "unknown"
 
 
-def load_generation(out_dir: Path) -> dict:
-    path = out_dir / GENERATION_FILENAME
-    return read_json_file(path) if path.exists() else {"shards": {}}
-
-
-def finished_results(out_dir: Path, tasks: list[ShardTask], verify: bool = True) -> dict[str, ShardResult]:
+def finished_results(out_dir: Path, tasks: Sequence[ShardTask], verify: bool = True) -> dict[str, ShardResult]:
     """Shards already done: in the manifest, checksum matching, same attempts as planned.
 
     verify=False skips the checksums (a quick look: what is left to do, at most).
     """
     listed, generation = load_manifest(out_dir).by_name(), load_generation(out_dir)
     done = {}
-    for task in tasks:
-        info, entry = listed.get(task.name), generation["shards"].get(task.name)
-        if info is None or entry is None:
+    for name, info in listed.items():  # not every planned task: a plan may hold millions
+        task, entry = task_named(tasks, name), generation["shards"].get(name)
+        if task is None or entry is None:
             continue
         planned = [task.attempt_ids[0], task.attempt_ids[-1] + 1]
         if entry.get("attempt_ids") == planned and (not verify or verify_shard(out_dir, info)):
             done[task.name] = result_from_json(task, info, entry)
     return done
-
-
-def shard_prefix(results: dict[str, ShardResult], target: int | None, tasks: list[ShardTask]) -> list[ShardTask] | None:
-    """The shortest run of finished shards 0..j holding `target` successes, if there is one.
-
-    Deciding by shard index, not by finishing order, keeps a "generate until N" dataset
-    the same whatever the number of workers.
-    """
-    if target is None:
-        return None
-    total = 0
-    for j, task in enumerate(tasks):
-        if task.name not in results:
-            return None
-        total += results[task.name].successes
-        if total >= target:
-            return tasks[: j + 1]
-    return None
 
 
 class DatasetWriteError(UserError):
@@ -232,14 +191,19 @@ class DatasetRecorder:
         """`shard_prefix` of the shards recorded so far."""
         return shard_prefix(self.results, target, tasks)
 
-    def keep_only(self, kept: list[ShardTask]) -> None:
-        """Drop finished shards past a "generate until N" prefix, from the records and the disk."""
-        names = {t.name for t in kept}
-        dropped = [n for n in self.results if n not in names]
-        for name in dropped:
-            del self.results[name]
+    def keep_only(self, kept: Sequence[ShardTask], held: set[str] = frozenset()) -> None:
+        """Drop shards finished by this run past a "generate until N" prefix, from the records and
+        the disk; shards in `held` (there before the run) stay."""
+        names = {t.name for t in kept} | held
+        self.discard([n for n in self.results if n not in names])
+
+    def discard(self, names: Sequence[str]) -> None:
+        """Unlist shards (manifest, then generation.json), then remove their files."""
+        for name in names:
+            self.results.pop(name, None)
         self._save(MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest))  # unlisted first
-        for name in dropped:
+        self._save_generation()
+        for name in names:
             (shards_dir(self.out_dir) / name).unlink(missing_ok=True)
 
     def finish(self, wall_s: float) -> None:
@@ -303,42 +267,69 @@ def gpus_per_worker(spec: SceneSpec) -> float:
 
 def run_dataset(
     spec: SceneSpec, out_dir: Path, workers: int | None, address: str | None, show_progress: bool = True,
+    truncate: bool = False,
 ) -> None:
     """Build (or resume) the dataset of `spec` in `out_dir` on Ray.
 
     `workers` None: one per CPU of the cluster (the local one started, or the one at `address`).
     The cluster and its actors start while this process resolves the spec (builds the env,
     loads and annotates the seed demos): the two take seconds each, and overlap.
+    A dataset never shrinks (fewer attempts, a lower --successes) nor changes kind (seed demos)
+    unless `truncate`; what to do with `out_dir` is decided again under its lock.
     """
     from cluster.runner import ClusterConfig, ShardCluster
 
-    resuming = check_output_dir(out_dir, spec)
+    resuming = check_output_dir(out_dir, spec, truncate)  # a first look, to refuse early
     tasks = plan_shards(spec)
     config = ClusterConfig(workers=workers, address=address, gpus_per_worker=gpus_per_worker(spec))
-    left = _shards_left(out_dir, spec, tasks) if resuming else len(tasks)
+    left = _shards_left(out_dir, spec, tasks, truncate) if resuming else len(tasks)
     with ThreadPoolExecutor(1, thread_name_prefix="resolve") as pool, contextlib.ExitStack() as stack:
         resolving = pool.submit(resolve_spec, spec)
         cluster = stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=left)) if left else None
         resolved = resolving.result()  # a bad spec raises here; the cluster goes, nothing was written
         if not resolved.demos:
             raise SpecError(spec.path, "seed_demos", "at least one seed demo is needed to generate")
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"{out_dir}: --out: cannot create ({err.strerror})") from None
         with lock_output_dir(out_dir):
-            _run_locked(resolved, tasks, out_dir, resuming, config, cluster, show_progress)
+            # Again, under the lock: another run may have written here since the first look.
+            resuming = check_output_dir(out_dir, spec, truncate)
+            _run_locked(resolved, tasks, out_dir, resuming, truncate, config, cluster, show_progress)
 
 
-def _shards_left(out_dir: Path, spec: SceneSpec, tasks: list[ShardTask]) -> int:
-    """A quick look (no checksums, no lock) at how many shards a resumed run has left: 0 starts no cluster."""
-    done = finished_results(out_dir, tasks, verify=False)
-    if shard_prefix(done, spec.generation.target_successes, tasks) is not None:
+def _shards_left(out_dir: Path, spec: SceneSpec, tasks: Sequence[ShardTask], truncate: bool = False) -> int:
+    """A quick look (no checksums, no lock) at how many shards a resumed run has left: 0 starts no cluster.
+
+    A run that would shrink the dataset is refused here already (and again under the lock).
+    """
+    target = spec.generation.target_successes
+    try:
+        done = finished_results(out_dir, tasks, verify=False)
+        dropped = [] if truncate else shards_dropped(out_dir, tasks, done, target)
+    except (DatasetError, UnicodeDecodeError):  # repaired under the lock; everything may be left
+        return len(tasks)
+    if dropped:
+        refuse_shrinking(out_dir, spec, dropped, prefix_stops=shard_prefix(done, target, tasks) is not None)
+    if shard_prefix(done, target, tasks) is not None:
         return 0
-    return sum(t.name not in done for t in tasks)
+    return len(tasks) - len(done)
 
 
-def _run_locked(resolved: Resolved, tasks: list[ShardTask], out_dir: Path, resuming: bool, config: ClusterConfig,
-                cluster: ShardCluster | None, show_progress: bool) -> None:
+def _run_locked(resolved: Resolved, tasks: Sequence[ShardTask], out_dir: Path, resuming: bool, truncate: bool,
+                config: ClusterConfig, cluster: ShardCluster | None, show_progress: bool) -> None:
     spec = resolved.spec
+    target = spec.generation.target_successes
+    if resuming and require_dataset_info(out_dir).get("source") == SEEDS_SOURCE:  # with --truncate only
+        clear_dataset(out_dir)
+        resuming = False
+    if resuming:
+        repair_records(out_dir, lambda line: print(f"warning: {line}", file=sys.stderr))
     done = finished_results(out_dir, tasks) if resuming else {}
+    dropped = shards_dropped(out_dir, tasks, done, target) if resuming else []
+    if dropped and not truncate:
+        refuse_shrinking(out_dir, spec, dropped, prefix_stops=shard_prefix(done, target, tasks) is not None)
     shards_dir(out_dir).mkdir(exist_ok=True)
     _remove_stale_temporaries(out_dir)
     save_dataset_info(out_dir, dataset_info(spec, resolved.scene.state_size))
@@ -346,10 +337,13 @@ def _run_locked(resolved: Resolved, tasks: list[ShardTask], out_dir: Path, resum
     if bank is not None:  # once per dataset, before any worker needs it; reused when complete
         ensure_texture_bank(bank, out_dir, spec_path=spec.path, progress=show_progress)
     recorder = DatasetRecorder(out_dir, done)
-    target = spec.generation.target_successes
-    todo = [t for t in tasks if t.name not in done]
+    if dropped:  # --truncate: unlisted first, then removed
+        recorder.discard(dropped)
+    held = set(recorder.results) if not truncate else set()  # never dropped by the prefix below
+    left = len(tasks) - len(recorder.results)
+    todo = (t for t in tasks if t.name not in recorder.results)  # lazily: a plan may hold millions
     if recorder.prefix_for(target, tasks) is not None:
-        todo = []
+        left = 0
     state = ProgressState(shards_total=len(tasks), attempts_total=spec.generation.attempts, target_successes=target,
                           variants=spec.appearance.variants_per_trajectory)
     start = time.perf_counter()
@@ -364,12 +358,12 @@ def _run_locked(resolved: Resolved, tasks: list[ShardTask], out_dir: Path, resum
             recorder.maybe_commit()  # a deferred commit does not wait for the next shard
             return recorder.prefix_for(target, tasks) is not None
 
-        if todo and cluster is None:  # the quick look missed a damaged shard
+        if left and cluster is None:  # the quick look missed a damaged shard
             from cluster.runner import ShardCluster
 
-            cluster = stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=len(todo)))
+            cluster = stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=left))
         try:
-            if todo:
+            if left:
                 cluster.run(
                     resolved.demos, todo, on_result, on_attempt=progress.attempt, should_stop=should_stop,
                     on_workers=progress.workers, on_warning=progress.warn,
@@ -381,6 +375,6 @@ def _run_locked(resolved: Resolved, tasks: list[ShardTask], out_dir: Path, resum
         recorder.commit()
     kept = recorder.prefix_for(target, tasks)
     if kept is not None:
-        recorder.keep_only(kept)
+        recorder.keep_only(kept, held)
     _remove_stale_temporaries(out_dir)  # left by workers killed during this run
     recorder.finish(time.perf_counter() - start)

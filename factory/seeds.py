@@ -52,7 +52,7 @@ def check_seeds_dir(out_dir: Path, fingerprint: str) -> None:
 
 def seed_episode(scene: Scene, renderer: FrameRenderer, demo: SeedDemo, index: int) -> Episode:
     """Replay one seed demo's states in `scene`: proprio and sim states per step, frames per camera."""
-    scene.env.reset()
+    scene.reset(demo.fixture_poses)
     proprio = np.empty((demo.length, 9), dtype=np.float32)
     sim_states = np.empty((demo.length, scene.state_size), dtype=np.float64)
     for t, state in enumerate(demo.states):

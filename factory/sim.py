@@ -13,7 +13,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
 import logging  # noqa: E402
-from collections.abc import Mapping  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import mujoco  # noqa: E402
@@ -92,6 +92,14 @@ class Placement:
         return {k: [round(float(x), 6) for x in v] for k, v in self.offsets.items()}
 
 
+def _turn_quat(quat: np.ndarray, yaw: float) -> np.ndarray:
+    """`quat` (wxyz) turned by `yaw` radians about the world z axis."""
+    turn = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+    out = np.empty(4)
+    mujoco.mju_mulQuat(out, turn, np.array(quat, dtype=np.float64))
+    return out
+
+
 class Scene:
     """A robosuite env plus the spec's object names, with pose and state access."""
 
@@ -113,6 +121,18 @@ class Scene:
             for group in ("left_fingerpad", "right_fingerpad")
         ]
         self._start_z: dict[str, float] = {}
+        self._start_q: dict[str, float] = {}  # joint position at the episode start, per articulated object
+        self._cavities: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
+        # Whether the hand is commanded closed: set by each step, or by annotation from a demo's
+        # actions (a restored state does not say); None when unknown.
+        self.gripper_closed: bool | None = None
+        self._success = parse_predicate(spec.task.success) if spec.task.success else None
+        self._fixture_roots = self._reposed_fixtures()
+        named = set(self.bodies.values())
+        self.free_bodies = [b for b in range(1, self.model.nbody) if self._is_free(b) and not self._robot_body(b)]
+        self._unnamed_free_qpos = [int(self.model.jnt_qposadr[self.model.body_jntadr[b]])
+                                   for b in self.free_bodies if b not in named]
+        self.default_fixtures = self.fixture_poses()
         self._fast = _fast_stepper(self.env) if spec.task.fast_control else None
 
     # --- model lookups ---------------------------------------------------------------
@@ -153,29 +173,137 @@ class Scene:
         self.data.qvel[:] = state[1 + self.model.nq : self.state_size]
         mujoco.mj_forward(self.model, self.data)
 
-    def reset_to(self, start_state: np.ndarray | None, placement: Placement) -> None:
-        """Reset the env, restore a demo's first state (if given), then move objects by the placement."""
+    def reset(self, fixtures: Mapping[str, Sequence[float]] | None = None) -> None:
+        """robosuite's reset, then the fixture poses given (default: `default_fixtures`).
+
+        robosuite re-draws some fixtures' poses at every reset (Door's door), and a fixture's pose
+        is part of the model, not of the MuJoCo state: left alone, a restored demo state would put
+        the robot's hand where the door was when the demo was recorded, not where it is now.
+        """
         self.env.reset()
+        self.set_fixture_poses(self.default_fixtures if fixtures is None else fixtures)
+        self.gripper_closed = None
+
+    def reset_to(
+        self, start_state: np.ndarray | None, placement: Placement,
+        fixtures: Mapping[str, Sequence[float]] | None = None,
+    ) -> None:
+        """Reset (fixtures as given), restore a demo's first state (if given), then move objects by the placement.
+
+        An object with a free joint moves in the state; one without (a door, a bin) moves its
+        fixture: the top-level body that carries it.
+        """
+        self.reset(fixtures)
         state = np.array(self.get_state() if start_state is None else start_state, dtype=np.float64)
+        # Free bodies the spec does not name stay where robosuite put them: a single-nut task parks
+        # the other nut off the table, and a two-nut demo must not bring it back.
+        for adr in self._unnamed_free_qpos:
+            state[1 + adr : 1 + adr + 7] = self.data.qpos[adr : adr + 7]
         state[0] = 0.0
         state[1 + self.model.nq :] = 0.0  # start at rest
         self.set_state(state)
         for name, (dx, dy, dyaw) in placement.offsets.items():
-            self._move_free_body(self.bodies[name], dx, dy, dyaw)
+            if self._is_free(self.bodies[name]):
+                self._move_free_body(self.bodies[name], dx, dy, dyaw)
+            else:
+                self._move_fixture(self._root(self.bodies[name]), dx, dy, dyaw)
         mujoco.mj_forward(self.model, self.data)
-        self._start_z = {name: float(self.data.xpos[bid][2]) for name, bid in self.bodies.items()}
+        self._settle()
+        self.mark_start()
+
+    def _settle(self, max_substeps: int = 250, speed: float = 1e-3) -> None:
+        """Let free objects come to rest under physics while the robot is held where it is.
+
+        Demos often start with objects a few centimetres in the air, as robosuite drops them;
+        an object pose read while it falls would put every re-targeted pose that much too high.
+        """
+        # Only the spec's objects: a body robosuite parked off the table would fall for ever.
+        named = [b for b in self.free_bodies if b in set(self.bodies.values())]
+        if not named:
+            return
+        dofs = np.concatenate([np.arange(d, d + 6) for d in (int(self.model.jnt_dofadr[self.model.body_jntadr[b]]) for b in named)])
+        held = np.ones(self.model.nv, dtype=bool)
+        held[dofs] = False
+        qpos_free = np.concatenate([np.arange(a, a + 7) for a in (int(self.model.jnt_qposadr[self.model.body_jntadr[b]]) for b in named)])
+        robot_q = np.ones(self.model.nq, dtype=bool)
+        robot_q[qpos_free] = False
+        qpos, ctrl = self.data.qpos.copy(), self.data.ctrl.copy()
+        for step in range(max_substeps):
+            mujoco.mj_step(self.model, self.data)
+            self.data.qpos[robot_q] = qpos[robot_q]
+            self.data.qvel[held] = 0.0
+            self.data.ctrl[:] = ctrl
+            if step > 5 and np.abs(self.data.qvel[dofs]).max() < speed:
+                break
+        self.data.qvel[:] = 0.0
+        self.data.time = 0.0
+        mujoco.mj_forward(self.model, self.data)
+
+    def _robot_body(self, body_id: int) -> bool:
+        name = mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, self._root(body_id)) or ""
+        return name.startswith(("robot", "gripper", "mount", "fixed_mount"))
+
+    def _is_free(self, body_id: int) -> bool:
+        joint = self.model.body_jntadr[body_id]
+        return joint >= 0 and self.model.jnt_type[joint] == mujoco.mjtJoint.mjJNT_FREE
+
+    def _root(self, body_id: int) -> int:
+        """The top-level body (a child of the world) that carries `body_id`."""
+        while self.model.body_parentid[body_id] != 0:
+            body_id = int(self.model.body_parentid[body_id])
+        return body_id
 
     def _move_free_body(self, body_id: int, dx: float, dy: float, dyaw: float) -> None:
-        joint = self.model.body_jntadr[body_id]
-        if joint < 0 or self.model.jnt_type[joint] != mujoco.mjtJoint.mjJNT_FREE:
-            name = mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, body_id)
-            raise ValueError(f"body {name!r} has no free joint: it cannot be placed")
-        adr = self.model.jnt_qposadr[joint]
+        adr = self.model.jnt_qposadr[self.model.body_jntadr[body_id]]
         self.data.qpos[adr : adr + 2] += (dx, dy)
-        turn = np.array([np.cos(dyaw / 2), 0.0, 0.0, np.sin(dyaw / 2)])  # wxyz about world z
-        quat = np.empty(4)
-        mujoco.mju_mulQuat(quat, turn, self.data.qpos[adr + 3 : adr + 7].copy())
-        self.data.qpos[adr + 3 : adr + 7] = quat
+        self.data.qpos[adr + 3 : adr + 7] = _turn_quat(self.data.qpos[adr + 3 : adr + 7], dyaw)
+
+    def _move_fixture(self, root: int, dx: float, dy: float, dyaw: float) -> None:
+        self.model.body_pos[root][:2] += (dx, dy)
+        self.model.body_quat[root] = _turn_quat(self.model.body_quat[root], dyaw)
+
+    # --- fixtures: bodies without a free joint whose pose robosuite re-draws at reset ----
+    def _reposed_fixtures(self) -> list[int]:
+        """Top-level bodies of spec objects without a free joint whose model pose changes across resets."""
+        roots = sorted({self._root(b) for b in self.bodies.values() if not self._is_free(b)})
+        if not roots:
+            return []
+        before = {r: (self.model.body_pos[r].copy(), self.model.body_quat[r].copy()) for r in roots}
+        self.env.reset()
+        return [r for r in roots if not (np.array_equal(before[r][0], self.model.body_pos[r])
+                                         and np.array_equal(before[r][1], self.model.body_quat[r]))]
+
+    def fixture_poses(self) -> dict[str, list[float]]:
+        """Re-drawn fixtures' poses now: top-level body name -> [x, y, z, qw, qx, qy, qz] (world frame)."""
+        return {
+            mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, r):
+                [float(v) for v in (*self.model.body_pos[r], *self.model.body_quat[r])]
+            for r in self._fixture_roots
+        }
+
+    @property
+    def has_redrawn_fixtures(self) -> bool:
+        """Whether robosuite re-draws some fixture's pose at reset (then demos must say where it was)."""
+        return bool(self._fixture_roots)
+
+    @property
+    def grip_site(self) -> int:
+        """Site id of the grip site (the frame the controller moves)."""
+        return int(self._eef_site)
+
+    def finger_pads(self) -> list[set[int]]:
+        """Geom ids of the left and right finger pads."""
+        return [set(p) for p in self._pads]
+
+    def set_fixture_poses(self, poses: Mapping[str, Sequence[float]]) -> None:
+        """Put fixtures at `poses` (as `fixture_poses` gives them); unknown bodies are an error."""
+        for name, pose in poses.items():
+            bid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
+            if bid < 0 or len(pose) != 7:
+                raise ValueError(f"fixture pose {name!r}: expected a body of the model and 7 numbers, got {pose!r}")
+            self.model.body_pos[bid] = pose[:3]
+            self.model.body_quat[bid] = pose[3:]
+        mujoco.mj_forward(self.model, self.data)
 
     def snapshot(self) -> Snapshot:
         """Everything a later step depends on: MuJoCo state, solver warm start, gripper command."""
@@ -194,8 +322,14 @@ class Scene:
         self._gripper.current_action = snap.gripper_action.copy()
 
     def mark_start(self) -> None:
-        """Take the current object heights as the episode start (for `lifted`)."""
+        """Take the current object heights and joint positions as the episode start (`lifted`, `opened`)."""
         self._start_z = {name: float(self.data.xpos[bid][2]) for name, bid in self.bodies.items()}
+        self._start_q = {}
+        for name in self.bodies:
+            try:
+                self._start_q[name] = float(self.data.qpos[self._joint_qpos(name)])
+            except SpecError:
+                continue  # not articulated
 
     # --- poses -------------------------------------------------------------------------
     def eef_pose(self) -> np.ndarray:
@@ -227,6 +361,7 @@ class Scene:
             self._fast.step(action)
         else:
             self.env.step(action)
+        self.gripper_closed = bool(action[-1] > 0)
 
     @property
     def fast_control(self) -> bool:
@@ -234,25 +369,39 @@ class Scene:
         return self._fast is not None
 
     def success(self) -> bool:
+        """The task's success: the spec's `task.success` predicate when given, else robosuite's check."""
+        if self._success is not None:
+            return self.holds(self._success)
         return bool(self.env._check_success())
 
     # --- predicates -------------------------------------------------------------------
     def holds(self, predicate: Predicate | str) -> bool:
-        """Evaluate a predicate on the current state."""
+        """Evaluate a predicate (or a composition of them) on the current state."""
         p = parse_predicate(predicate) if isinstance(predicate, str) else predicate
+        if p.name == "all":
+            return all(self.holds(arg) for arg in p.args)
+        if p.name == "any":
+            return any(self.holds(arg) for arg in p.args)
+        if p.name == "not":
+            return not self.holds(p.args[0])
         if p.name == "success":
             return self.success()
         if p.name == "grasped":
-            return self._grasped(p.objects[0])
+            # A closed hand is part of a grasp: open fingers straddling a handle touch it too.
+            return self.gripper_closed is not False and self._grasped(p.objects[0])
         if p.name == "contact":
             return bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
         if p.name == "lifted":
             obj = p.objects[0]
             return self.data.xpos[self.bodies[obj]][2] - self._start_z.get(obj, np.inf) >= p.params[0]
+        if p.name in ("opened", "joint"):
+            return self._joint_holds(p)
         a, b = (self.data.xpos[self.bodies[o]] for o in p.objects)
         if p.name == "inside":
-            lo, hi = self._aabb(p.objects[1])
-            return bool(np.all(a >= lo) and np.all(a <= hi))
+            return self._inside(a, p.objects[1])
+        if p.name == "on_peg":
+            top = self._world_aabb(p.objects[1])[1][2]
+            return bool(np.linalg.norm(a[:2] - b[:2]) < p.params[0] and a[2] < top)
         if p.name == "near":
             return float(np.linalg.norm(a - b)) < p.params[0]
         if p.name == "on_top":
@@ -262,19 +411,67 @@ class Scene:
             return bool(resting and touching and not held)
         raise ValueError(f"predicate {p.name!r} has no evaluation")
 
-    def _aabb(self, obj: str) -> tuple[np.ndarray, np.ndarray]:
-        """World-frame bounding box of an object's geoms (boxes exactly, others by bounding sphere)."""
-        ids = np.flatnonzero(self.model.geom_bodyid == self.bodies[obj])
-        lows, highs = [], []
-        for g in ids:
-            centre = self.data.geom_xpos[g]
-            if self.model.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX:
-                half = np.abs(self.data.geom_xmat[g].reshape(3, 3)) @ self.model.geom_size[g]
-            else:
-                half = np.full(3, self.model.geom_rbound[g])
-            lows.append(centre - half)
-            highs.append(centre + half)
-        return np.min(lows, axis=0), np.max(highs, axis=0)
+    def _joint_holds(self, p: Predicate) -> bool:
+        obj = p.objects[0]
+        value = float(self.data.qpos[self._joint_qpos(obj)])
+        if p.name == "opened":
+            return abs(value - self._start_q.get(obj, value)) >= p.params[0]
+        return p.params[0] <= value <= p.params[1]
+
+    def _joint_qpos(self, obj: str) -> int:
+        """qpos address of the hinge or slide joint moving `obj`: its body's own, else the nearest ancestor's."""
+        body = self.bodies[obj]
+        while body > 0:
+            for j in range(self.model.body_jntadr[body], self.model.body_jntadr[body] + self.model.body_jntnum[body]):
+                if self.model.jnt_type[j] in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+                    return int(self.model.jnt_qposadr[j])
+            body = int(self.model.body_parentid[body])
+        name = self.spec.objects[obj]
+        raise SpecError(self.spec.path, "subtasks", f"object {obj!r} (body {name!r}) moves with no hinge or slide "
+                        "joint: opened/joint predicates need an articulated object")
+
+    def _inside(self, point: np.ndarray, container: str) -> bool:
+        """`point` is in the container's cavity: over its floor, within its walls, below its rim (+5 cm).
+
+        The floor is the container's widest collision geom; the walls are what rises above it.
+        Computed in the container's own frame, so a turned bin still has its walls where they are.
+        """
+        lo, hi, floor_top = self._cavity(container)
+        bid = self.bodies[container]
+        local = self.data.xmat[bid].reshape(3, 3).T @ (point - self.data.xpos[bid])
+        return bool(np.all(local[:2] > lo[:2]) and np.all(local[:2] < hi[:2]) and floor_top < local[2] < hi[2] + 0.05)
+
+    def _cavity(self, container: str) -> tuple[np.ndarray, np.ndarray, float]:
+        if container not in self._cavities:
+            boxes = self._local_boxes(container)
+            area = [(b[1][0] - b[0][0]) * (b[1][1] - b[0][1]) for b in boxes]
+            floor = boxes[int(np.argmax(area))]
+            top = max(b[1][2] for b in boxes)
+            self._cavities[container] = (floor[0], np.array([floor[1][0], floor[1][1], top]), float(floor[1][2]))
+        return self._cavities[container]
+
+    def _local_boxes(self, obj: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Bounding boxes (lo, hi) of the object's collision geoms in its body frame (exact for boxes)."""
+        bid = self.bodies[obj]
+        boxes = []
+        for g in sorted(self._geoms[obj]) or np.flatnonzero(self.model.geom_bodyid == bid):
+            rot = np.empty(9)
+            mujoco.mju_quat2Mat(rot, self.model.geom_quat[g])
+            rot = rot.reshape(3, 3)
+            centre = self.model.geom_pos[g] + rot @ self.model.geom_aabb[g][:3]
+            half = np.abs(rot) @ self.model.geom_aabb[g][3:]
+            boxes.append((centre - half, centre + half))
+        return boxes
+
+    def _world_aabb(self, obj: str) -> tuple[np.ndarray, np.ndarray]:
+        """World-frame bounding box of an object's collision geoms."""
+        bid = self.bodies[obj]
+        rot, pos = self.data.xmat[bid].reshape(3, 3), self.data.xpos[bid]
+        corners = []
+        for lo, hi in self._local_boxes(obj):
+            for corner in np.array(np.meshgrid(*zip(lo, hi, strict=True))).T.reshape(-1, 3):
+                corners.append(pos + rot @ corner)
+        return np.min(corners, axis=0), np.max(corners, axis=0)
 
     def _grasped(self, obj: str, margin: float = GRASP_MARGIN) -> bool:
         """Both finger pads within `margin` of the object (contact, or nearly).

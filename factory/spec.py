@@ -40,7 +40,8 @@ from factory.predicates import parse_predicate
 
 class _Strict(BaseModel):
     # Unknown keys are errors: a typo must never silently fall back to a default.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are errors too: `.nan` in a placement range would crash every attempt.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TaskSpec(_Strict):
@@ -52,12 +53,22 @@ class TaskSpec(_Strict):
     # Step with factory.fast_step (robosuite's OSC math without its per-substep object
     # overhead, ~2x faster, equal to env.step to ~1e-13 per step) or with robosuite's env.step.
     fast_control: bool = True
+    # The task's success as a predicate over spec objects, e.g.
+    # "all(on_peg(square_nut, square_peg), on_peg(round_nut, round_peg))". None: robosuite's own check.
+    success: str | None = None
+
+    @field_validator("success")
+    @classmethod
+    def _success(cls, text: str | None) -> str | None:
+        if text is not None and parse_predicate(text).mentions("success"):
+            raise ValueError(f"task.success cannot refer to itself ('success'), got {text!r}")
+        return text
 
 
 class SubtaskSpec(_Strict):
     object: str  # reference object: the segment is re-targeted relative to its pose
-    # Predicate ending the subtask. None: the next gripper open/close event in the demo,
-    # or the end of the demo for the last subtask.
+    # Predicate ending the subtask (see factory/predicates.py), e.g. grasped(cubeA). None, or
+    # `success`: this subtask finishes the task; it comes last in every demo and runs to its end.
     ends_when: str | None = None
     end_offset: tuple[int, int] = (0, 0)  # extra steps after the predicate first holds, drawn in [lo, hi]
 
@@ -118,6 +129,12 @@ class GenerationSpec(_Strict):
     # the last target (a closing gripper needs a moment to register a grasp).
     settle_steps: int = Field(5, ge=0)
     success_hold_steps: int = Field(1, ge=1)  # success must hold on this many final steps
+    # The motion bridging two segments: `direct` interpolates straight to the next segment's first
+    # target; `over` rises to `transit_clearance` above the higher of the two poses, crosses, and
+    # descends, so a carried object does not sweep through the others.
+    transit: Literal["direct", "over"] = "direct"
+    transit_clearance: float = Field(0.08, ge=0.0, le=0.5)  # metres, for transit: over
+    transit_speed: float = Field(0.02, gt=0.0, le=0.2)  # metres per control step on the way, for transit: over
 
 
 class CameraSpec(_Strict):
@@ -200,16 +217,74 @@ class AppearanceSpec(_Strict):
     camera: CameraJitter | None = None
 
 
+class WaypointSpec(_Strict):
+    """One leg of a scripted seed demo: reach a gripper pose relative to an object, in `steps` steps.
+
+    The target's frame is taken when the waypoint starts; `factory/script.py` turns it into a pose.
+    """
+
+    # Spec object whose pose, when this waypoint starts, is the frame of `pos`, `rot` and `turn`.
+    # Absent: the previous waypoint's target (the robot's start pose for the first); `pos` is then
+    # an offset in world axes and the orientation is kept ({pos: [0, 0, 0]} holds the pose).
+    relative_to: str | None = None
+    pos: tuple[float, float, float] = (0.0, 0.0, 0.0)  # metres, in the frame below
+    # top_down: world axes at the object's position; object_yaw: those axes turned by the object's
+    # yaw (a box grasped across its sides); object: the object's full frame (a door handle).
+    orientation: Literal["top_down", "object_yaw", "object"] = "top_down"
+    # Roll, pitch, yaw (radians, about the frame's x, y, z in that order) of the gripper relative to
+    # a top-down grasp (pointing down the frame's -z, fingers closing along its y). For top_down and
+    # object_yaw, of the two half turns a parallel gripper cannot tell apart, the one nearer the
+    # robot's top-down home orientation is used.
+    rot: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # Axis-angle (radians) in the object frame: the whole target turns about the object's origin
+    # (a joint through it: turning a handle by its latch).
+    turn: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    gripper: Literal["open", "close"]  # the gripper command held during this waypoint
+    steps: int = Field(ge=1)  # control steps to reach the target (interpolated); 20 per second at 20 Hz
+
+    @field_validator("pos", "rot", "turn", mode="before")
+    @classmethod
+    def _three(cls, value):
+        if not isinstance(value, list | tuple) or len(value) != 3:
+            raise ValueError(f"expected three numbers, e.g. [0, 0, 0.1], got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _frame_needed(self) -> WaypointSpec:
+        framed = {"rot", "turn", "orientation"} & self.model_fields_set
+        if self.relative_to is None and framed:
+            raise ValueError(
+                f"{', '.join(sorted(framed))} need relative_to (without it the previous target's orientation "
+                "is kept and pos is a world offset), e.g. {relative_to: can, pos: [0, 0, 0.1], rot: [0, 0, 1.57]}"
+            )
+        return self
+
+
+class ScriptSpec(_Strict):
+    """Seed demos without a person: `factory script SPEC --out demo.hdf5` executes these waypoints."""
+
+    # Demos to record. Each starts from the scene's reset layout plus a placement drawn from
+    # `placement:` with a seed derived from (seed, demo, try), none on demo 0's first try (generation
+    # places around the first demo's start); a try counts only if the task's success holds at its end.
+    demos: int = Field(3, ge=1)
+    tries: int = Field(5, ge=1)  # per demo: tries before `factory script` gives up with an error
+    waypoints: list[WaypointSpec] = Field(min_length=1)  # executed in order
+
+
 class OutputSpec(_Strict):
     dir: str | None = None  # default: out/<name>, relative to the working directory
 
 
 class SceneSpec(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # dataset name
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)  # dataset name: out/<name>, a file name
     seed: int = Field(0, ge=0)  # every random draw derives from it and the unit of work
     task: TaskSpec
     seed_demos: list[str] = []  # hdf5 files, relative to this spec file; needed to generate
     objects: dict[str, str] = Field(min_length=1)  # spec name -> MuJoCo body name
+    # Objects that look the same after a turn about their vertical axis: N for N-fold symmetry
+    # (a cube: 4 quarter turns; a bar: 2), 0 for any angle (a can). A segment re-targeted to such
+    # an object uses the equivalent object frame that needs the least wrist rotation.
+    symmetry: dict[str, int] = {}
     subtasks: list[SubtaskSpec] = Field(min_length=1)
     placement: PlacementSpec = PlacementSpec()
     generation: GenerationSpec = GenerationSpec()
@@ -218,6 +293,7 @@ class SceneSpec(_Strict):
     appearance: AppearanceSpec = AppearanceSpec()
     instructions: list[str] = Field(min_length=1)  # phrasings; one is drawn per episode
     output: OutputSpec = OutputSpec()
+    script: ScriptSpec | None = None  # waypoints for `factory script` (scripted seed demos)
 
     _path: Path | None = PrivateAttr(default=None)
 
@@ -228,9 +304,25 @@ class SceneSpec(_Strict):
             if sub.object not in self.objects:
                 raise _FieldError(f"subtasks[{i}].object", f"unknown object {sub.object!r} (expected one of: {names})")
             if sub.ends_when is not None:
-                for obj in parse_predicate(sub.ends_when).objects:
+                for obj in sorted(parse_predicate(sub.ends_when).all_objects()):
                     if obj not in self.objects:
                         raise _FieldError(f"subtasks[{i}].ends_when", f"unknown object {obj!r} (expected one of: {names})")
+        finishing = [i for i, sub in enumerate(self.subtasks) if sub.ends_when in (None, "success")]
+        if len(finishing) > 1:
+            raise _FieldError(
+                f"subtasks[{finishing[1]}].ends_when",
+                f"only one subtask may end at the task's success (subtasks {finishing} do: no ends_when, or "
+                "'success'); give the others the predicate that ends them, e.g. grasped(cubeA)",
+            )
+        if self.task.success is not None:
+            for obj in sorted(parse_predicate(self.task.success).all_objects()):
+                if obj not in self.objects:
+                    raise _FieldError("task.success", f"unknown object {obj!r} (expected one of: {names})")
+        for obj, fold in self.symmetry.items():
+            if obj not in self.objects:
+                raise _FieldError(f"symmetry.{obj}", f"unknown object (expected one of: {names})")
+            if fold < 0:
+                raise _FieldError(f"symmetry.{obj}", f"expected N >= 0 (N-fold about the vertical axis, 0: any angle), got {fold}")
         for obj in self.placement.objects:
             if obj not in self.objects:
                 raise _FieldError(f"placement.objects.{obj}", f"unknown object (expected one of: {names})")
@@ -243,9 +335,46 @@ class SceneSpec(_Strict):
                         f"appearance.textures.surfaces[{i}]",
                         f"unknown surface {surface!r} (expected one of: {', '.join(sorted(allowed))})",
                     )
+        if self.script is not None:
+            self._check_script(self.script, names)
         cams = [c.name for c in self.cameras]
         if len(set(cams)) != len(cams):
             raise _FieldError("cameras", f"camera names must be unique, got {cams}")
+        return self
+
+    def _check_script(self, script: ScriptSpec, names: str) -> None:
+        for i, point in enumerate(script.waypoints):
+            if point.relative_to is not None and point.relative_to not in self.objects:
+                raise _FieldError(
+                    f"script.waypoints[{i}].relative_to", f"unknown object {point.relative_to!r} (expected one of: {names})"
+                )
+        steps = sum(point.steps for point in script.waypoints)
+        if steps > self.task.horizon:
+            raise _FieldError("script.waypoints", f"{steps} steps in all, more than task.horizon ({self.task.horizon})")
+
+    @field_validator("name")
+    @classmethod
+    def _not_dots(cls, name: str) -> str:
+        if set(name) == {"."}:  # out/.. would be the working directory
+            raise ValueError(f"expected a file name of letters, digits, _ . -, not only dots, got {name!r}")
+        return name
+
+    @field_validator("instructions")
+    @classmethod
+    def _instructions(cls, instructions: list[str]) -> list[str]:
+        for i, text in enumerate(instructions):
+            if not text.strip():
+                raise _FieldError(f"instructions[{i}]", "expected a non-empty instruction, e.g. 'lift the red cube'")
+        return instructions
+
+    @model_validator(mode="after")
+    def _can_succeed(self) -> SceneSpec:
+        # Specs whose every attempt must fail: refused here rather than run to an empty dataset.
+        hold, horizon = self.generation.success_hold_steps, self.task.horizon
+        if hold > horizon:
+            raise _FieldError("generation.success_hold_steps",
+                              f"success must hold on {hold} final steps, more than task.horizon ({horizon}): "
+                              "no attempt could succeed; expected at most the horizon")
         return self
 
     @property
@@ -266,11 +395,15 @@ class SceneSpec(_Strict):
 
         `generation.attempts` and `target_successes` are left out: they say how far to extend
         the dataset, and re-running with more attempts must resume it, not refuse it.
-        `render.gpus_per_worker` is left out too: it says where to run, not what to make.
+        `render.gpus_per_worker` is left out too: it says where to run, not what to make; and
+        `script`: it made the seed demo files, which `seed_demos` names.
         """
         data = self.model_dump(
             mode="json",
-            exclude={"output": True, "generation": {"attempts", "target_successes"}, "render": {"gpus_per_worker"}},
+            exclude={
+                "output": True, "script": True,
+                "generation": {"attempts", "target_successes"}, "render": {"gpus_per_worker"},
+            },
         )
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -296,8 +429,12 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
         raise SpecError(path, "", "file not found") from None
     except OSError as err:
         raise SpecError(path, "", f"cannot read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise SpecError(path, "", f"not a YAML text file (byte {err.start} is not UTF-8 text)") from None
+    if "\0" in text:
+        raise SpecError(path, "", "not a YAML text file (it holds NUL bytes)")
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -313,6 +450,24 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
         raise SpecError(path, *_describe(err)) from None
     spec._path = path.resolve()
     return spec
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice in one mapping is an error (not: the last one wins)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 def _set_dotted(raw: dict, dotted: str, value) -> None:

@@ -48,7 +48,7 @@ from factory.run import require_dataset_info
 from factory.sim import Scene
 from factory.spec import CameraSpec
 from generators.mimicgen import sample_placement
-from shards import load_episodes
+from shards import check_shards, load_episodes, load_manifest
 from shards.loader import make_loader
 
 EVAL_NAMESPACE = 0xE7A1  # spawn key of evaluation seeds: disjoint from generation's SeedSequence([seed, shard, attempt])
@@ -122,8 +122,13 @@ class TrainLog:
 
 
 def check_dataset(dataset: Path, scene: Scene) -> dict:
-    """The dataset's dataset_info.json, checked against the spec's env (raises UserError)."""
+    """The dataset's dataset_info.json, checked against the spec's env, and every shard against
+    manifest.json (size, sha256): a damaged shard must not reach training (raises UserError)."""
     info = require_dataset_info(dataset)
+    try:
+        check_shards(dataset, load_manifest(dataset))
+    except ValueError as err:  # DatasetError; UnicodeDecodeError of a binary manifest
+        raise UserError(f"{dataset}: not a readable dataset ({err})") from None
     spec = scene.spec
     if info.get("env") != spec.task.env or info.get("sim_state", {}).get("dim") != scene.state_size:
         raise UserError(

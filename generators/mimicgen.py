@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from factory.predicates import parse_predicate
 from factory.records import AnnotatedDemo, Attempt
 from factory.sim import Placement, Scene
 from factory.spec import GenerationSpec, PlacementSpec, SceneSpec
@@ -28,7 +29,9 @@ from generators.poses import (
     interpolate_poses,
     mat_to_axis_angle,
     pose_to_delta_action,
+    symmetric_frame,
     transform_segment,
+    transit_over,
 )
 
 
@@ -156,12 +159,13 @@ class _Rollout:
         self.retries, self.provenance = retries, provenance
         # A demo too long for the horizon can never give a success: the horizon filters sources.
         bridge = self.gen.interpolation_steps + self.gen.fixed_steps
-        fitting = [d for d in demos if d.demo.length + len(d.order) * bridge <= self.spec.task.horizon]
+        fitting = [d for d in demos if _demo_span(d) + len(d.order) * bridge <= self.spec.task.horizon]
         first = select_source(fitting or demos, 0, scene, self.spec, rng)
         # Later picks follow the first source's subtask order: only demos with that order qualify.
         self.candidates = [d for d in demos if d.order == first.order]
         self.first, self.order = first, first.order
         self.last_target: np.ndarray | None = None
+        self.held = {name: parse_predicate(f"grasped({name})") for name in self.spec.objects}
         provenance["order"] = list(first.order)
         provenance["reached"] = []
 
@@ -211,27 +215,34 @@ class _Rollout:
         return source
 
     def _execute_segment(self, source: AnnotatedDemo, position: int, index: int, last: bool) -> str:
-        start, end = source.segment(position)
-        if last:
-            end = source.demo.length  # the last subtask runs to the end of the demo
-        else:
+        start, end = source.segment(position)  # the last: the demo's end, or just after the task is done
+        if not last:
             lo, hi = self.spec.subtasks[index].end_offset
             end = min(end + int(self.rng.integers(lo, hi + 1)), source.demo.length)
         end = max(end, start + 1)
         gen = self.gen
-        steps = end - start + gen.interpolation_steps + gen.fixed_steps
+        obj = self.spec.subtasks[index].object
+        origin = self.last_target if gen.start_from == "last_target" and self.last_target is not None else self.scene.eef_pose()
+        src_obj = source.object_poses[obj][reference_step(self.spec, source, position)]
+        frame = symmetric_frame(self.scene.object_pose(obj), src_obj, source.eef_poses[start], origin,
+                                self.spec.symmetry.get(obj, 1))
+        targets = transform_segment(source.eef_poses[start:end], src_obj, frame)
+        if gen.transit == "over" and position > 0:
+            way = transit_over(origin, targets[0], gen.transit_clearance, gen.transit_speed)
+        else:
+            way = interpolate_poses(origin, targets[0], gen.interpolation_steps)
+        bridge = np.concatenate([way, np.repeat(targets[:1], gen.fixed_steps, axis=0)])
+        steps = len(bridge) + len(targets)
         if len(self.rec) + steps > self.spec.task.horizon:
             return f"horizon: {len(self.rec) + steps} steps needed, task.horizon is {self.spec.task.horizon}"
-        obj = self.spec.subtasks[index].object
-        targets = transform_segment(source.eef_poses[start:end], source.object_poses[obj][start], self.scene.object_pose(obj))
-        origin = self.last_target if gen.start_from == "last_target" and self.last_target is not None else self.scene.eef_pose()
-        bridge = np.concatenate([
-            interpolate_poses(origin, targets[0], gen.interpolation_steps),
-            np.repeat(targets[:1], gen.fixed_steps, axis=0),
-        ])
         grip = source.gripper[start:end]
         noise = gen.action_noise if gen.noise_during_interpolation else 0.0
+        before = {name: self.scene.object_pose(name) for name in self.spec.objects}
+        exempt = {obj, *(name for name, held in self.held.items() if self.scene.holds(held))}
         self._drive(bridge, np.full(len(bridge), grip[0]), noise, last)
+        moved = disturbed(before, {name: self.scene.object_pose(name) for name in self.spec.objects}, exempt)
+        if moved:
+            self.provenance.setdefault("disturbed_in_transit", []).append({"subtask": index, "objects": moved})
         self._drive(targets, grip, gen.action_noise, last)
         self.last_target = targets[-1]
         if not np.isfinite(self.scene.get_state()).all():
@@ -270,9 +281,52 @@ class _Rollout:
         return predicate is None or self.scene.holds(predicate)
 
 
+TRANSIT_MOVE, TRANSIT_TILT = 0.01, 0.2  # metres, radians: an object moved this much was disturbed
+
+
+def disturbed(before: dict[str, np.ndarray], after: dict[str, np.ndarray], exempt: set[str]) -> list[str]:
+    """Objects (but the exempt: the reference, anything in the hand) that a bridging motion moved or tipped."""
+    names = []
+    for name, pose in before.items():
+        if name in exempt:
+            continue
+        shift = np.linalg.norm(after[name][:3, 3] - pose[:3, 3])
+        tilt = np.arccos(np.clip(after[name][:3, 2] @ pose[:3, 2], -1.0, 1.0))
+        if shift > TRANSIT_MOVE or tilt > TRANSIT_TILT:
+            names.append(name)
+    return names
+
+
+def failure_phase(attempt: Attempt) -> str:
+    """"transit" when a bridging motion disturbed an object before the attempt failed, else "segment"."""
+    return "transit" if attempt.provenance.get("disturbed_in_transit") else "segment"
+
+
+def reference_step(spec: SceneSpec, source: AnnotatedDemo, position: int) -> int:
+    """The demo step whose reference-object pose a segment is re-targeted from.
+
+    MimicGen takes the segment's start. A segment that ends by grasping its own reference object
+    takes the moment of the grasp instead: a person often nudges the object on the way in, and
+    the grasp, not the approach, must land where the object is.
+    """
+    start, _ = source.segment(position)
+    index = source.order[position]
+    sub = spec.subtasks[index]
+    if sub.ends_when is not None:
+        predicate = parse_predicate(sub.ends_when)
+        if predicate.name == "grasped" and predicate.objects == (sub.object,):
+            return max(start, source.subtask_ends[index] - 1)
+    return start
+
+
 def _segment_length(demo: AnnotatedDemo, position: int) -> int:
     start, end = demo.segment(position)
-    return (demo.demo.length if position == len(demo.order) - 1 else end) - start
+    return end - start
+
+
+def _demo_span(demo: AnnotatedDemo) -> int:
+    """Steps of the demo its segments replay (skipped steps and a trimmed tail do not count)."""
+    return sum(end - start for start, end in (demo.segment(p) for p in range(len(demo.order))))
 
 
 def _held_at_end(success: list[bool], steps: int) -> bool:

@@ -256,6 +256,42 @@ def transform_segment(
     return (cur_obj @ pose_inv(src_obj)) @ src_eef
 
 
+CONTINUOUS_SYMMETRY_STEPS = 72  # frames tried for an object symmetric under any yaw (5 degrees apart)
+
+
+def symmetric_frame(
+    cur_obj: ArrayLike, src_obj: ArrayLike, src_eef: ArrayLike, reference: ArrayLike, fold: int
+) -> NDArray[np.float64]:
+    """The frame equivalent to `cur_obj` under its yaw symmetry that needs the least wrist rotation.
+
+    An object with `fold`-fold symmetry about its own z axis (0: any angle) looks the same in
+    cur_obj @ Rz(2 pi k / fold). The segment's first target, src_eef carried into each of those
+    frames, is compared with `reference` (where the hand is now); the one closest in rotation wins.
+    fold 1 (no symmetry) returns `cur_obj`.
+
+    Args:
+        cur_obj: [4, 4] object pose (world) now. src_obj: [4, 4] object pose in the source demo.
+        src_eef: [4, 4] the source segment's first eef pose. reference: [4, 4] eef pose now.
+    """
+    cur_obj = np.asarray(cur_obj, dtype=np.float64)
+    if fold == 1:
+        return cur_obj
+    count = CONTINUOUS_SYMMETRY_STEPS if fold == 0 else fold
+    offset = pose_inv(np.asarray(src_obj, dtype=np.float64)) @ np.asarray(src_eef, dtype=np.float64)
+    ref_rot = np.asarray(reference, dtype=np.float64)[:3, :3]
+    best, best_angle = cur_obj, np.inf
+    for k in range(count):
+        turn = np.eye(4)
+        angle = 2 * np.pi * k / count
+        turn[:2, :2] = [[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]
+        frame = cur_obj @ turn
+        rot = (frame @ offset)[:3, :3]
+        wrist = np.linalg.norm(mat_to_axis_angle(ref_rot.T @ rot))
+        if wrist < best_angle - 1e-9:
+            best, best_angle = frame, wrist
+    return best
+
+
 def interpolate_poses(start: ArrayLike, end: ArrayLike, num_steps: int) -> NDArray[np.float64]:
     """Poses moving from ``start`` to ``end`` in ``num_steps`` equal steps.
 
@@ -289,6 +325,31 @@ def interpolate_poses(start: ArrayLike, end: ArrayLike, num_steps: int) -> NDArr
     poses = make_pose(pos, rot)
     poses[-1] = end
     return poses
+
+
+def transit_over(start: ArrayLike, end: ArrayLike, clearance: float, speed: float) -> NDArray[np.float64]:
+    """Poses from ``start`` up, across and down to ``end``, clear of what stands between them.
+
+    Rises to ``clearance`` above the higher of the two positions, crosses at that height (turning
+    the hand on the way), and descends onto ``end``; each leg takes ceil(length / speed) steps
+    (at least one). ``start`` is excluded and the last pose is exactly ``end``.
+
+    Args:
+        start, end: [4, 4] poses (world). clearance: metres. speed: metres per step, > 0.
+    """
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    if speed <= 0:
+        raise ValueError(f"speed must be > 0, got {speed!r}")
+    top = max(start[2, 3], end[2, 3]) + clearance
+    up, over = start.copy(), end.copy()
+    up[2, 3], over[2, 3] = top, top
+    poses, here = [], start
+    for target in (up, over, end):
+        steps = max(1, int(np.ceil(np.linalg.norm(target[:3, 3] - here[:3, 3]) / speed)))
+        poses.append(interpolate_poses(here, target, steps))
+        here = target
+    return np.concatenate(poses)
 
 
 def _frame(frame_rot: ArrayLike | None) -> NDArray[np.float64]:

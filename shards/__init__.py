@@ -17,7 +17,14 @@ from shards.format import (
     shard_name,
     shards_dir,
 )
-from shards.manifest import Manifest, load_manifest, save_manifest, verify_shard
+from shards.manifest import (
+    Manifest,
+    check_shard,
+    check_shards,
+    load_manifest,
+    save_manifest,
+    verify_shard,
+)
 from shards.metadata import (
     EpisodeRecord,
     load_dataset_info,
@@ -41,6 +48,8 @@ __all__ = [
     "KeyStats",
     "Manifest",
     "ShardInfo",
+    "check_shard",
+    "check_shards",
     "compute_stats",
     "load_dataset_info",
     "load_episodes",

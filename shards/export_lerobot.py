@@ -75,7 +75,7 @@ from shards.format import (
     shards_dir,
 )
 from shards.loader import RawEpisode, ShardTask, group_episodes, group_samples, read_members
-from shards.manifest import load_manifest
+from shards.manifest import check_shards, load_manifest
 from shards.metadata import EpisodeRecord, load_dataset_info, load_episodes
 from shards.stats import load_stats
 
@@ -170,7 +170,10 @@ def load_source(dataset_dir: Path) -> Source:
         info = load_dataset_info(path)
         if info is None:
             raise UserError(f"{path}: not a demofactory dataset (no dataset_info.json)")
-        return _check_source(path, info, load_episodes(path), load_manifest(path))
+        manifest = load_manifest(path)
+        source = _check_source(path, info, load_episodes(path), manifest)
+        check_shards(path, manifest, source.shard_samples)  # before a byte is exported
+        return source
     except (OSError, DatasetError) as exc:
         raise UserError(f"{path}: not a readable dataset ({exc})") from None
 

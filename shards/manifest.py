@@ -8,7 +8,7 @@ each shard completes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,3 +109,28 @@ def verify_shard(dataset_dir: Path, info: ShardInfo) -> bool:
     if not path.is_file() or path.stat().st_size != info.bytes:
         return False
     return sha256_file(path) == info.sha256
+
+
+def check_shard(dataset_dir: Path, info: ShardInfo) -> None:
+    """Raise `DatasetError` naming the shard unless ``DIR/shards/<info.name>`` has the manifest's size and sha256.
+
+    Every reader (exports, preview, train-eval) calls it before it uses a shard: a flipped
+    byte inside a `.npy` member is a valid tar, and would reach training as a wrong action.
+    """
+    path = shards_dir(dataset_dir) / info.name
+    if not path.is_file():
+        raise DatasetError(f"{path}: missing, yet listed in {MANIFEST_FILENAME} (run factory verify)")
+    size = path.stat().st_size
+    if size != info.bytes:
+        raise DatasetError(f"{path}: {size} bytes, {MANIFEST_FILENAME} says {info.bytes}: "
+                           "the shard is damaged (run factory verify; factory run redoes it)")
+    if sha256_file(path) != info.sha256:
+        raise DatasetError(f"{path}: sha256 does not match {MANIFEST_FILENAME}: the shard changed after it was "
+                           "written (run factory verify; factory run redoes it)")
+
+
+def check_shards(dataset_dir: Path, manifest: Manifest, names: Collection[str] | None = None) -> None:
+    """`check_shard` for each shard of `manifest` (only those in `names`, when given)."""
+    for info in manifest.shards:
+        if names is None or info.name in names:
+            check_shard(dataset_dir, info)

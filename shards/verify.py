@@ -89,6 +89,10 @@ def verify_dataset(dataset_dir: Path) -> list[str]:
     except DatasetError as exc:
         return [str(exc)]
     problems: list[str] = []
+    listed = {info.name for info in manifest.shards}
+    for stray in sorted(p.name for p in shards_dir(dataset_dir).glob("*.tar") if p.name not in listed):
+        problems.append(f"{_rel(stray)}: not listed in {MANIFEST_FILENAME}: no part of the dataset, yet a glob over "
+                        f"{SHARDS_DIRNAME}/*.tar would read it; remove it")
     cameras = _members(dataset_dir, problems)
     found: dict[int, FoundEpisode] = {}
     with_samples, damaged = [], 0
