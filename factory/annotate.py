@@ -133,6 +133,8 @@ def segment_demo(
     pending = [i for i in range(count) if i != finishing]
     while pending:
         happen = {i: int(r[r > start][0]) for i in pending if (r := runs[i])[r > start].size}
+        if not happen and len(pending) == 1 and finishing is None and holds[-1, pending[0]]:
+            happen = {pending[0]: demo.length}  # the last one: held all along and at the end, it runs to the end
         if not happen:
             _never(demo, pending[0], labels[pending[0]], start)
         chosen = min(pending, key=lambda i: (happen.get(i, demo.length + 1), i))

@@ -28,7 +28,7 @@ def segment_rows(spec: SceneSpec, demo: AnnotatedDemo) -> list[dict]:
     for position, index in enumerate(demo.order):
         start, end = demo.segment(position)
         sub = spec.subtasks[index]
-        reason = demo.end_reasons[index] if demo.end_reasons else (sub.ends_when or "end of demo")
+        reason = demo.end_reasons[index] if demo.end_reasons else (sub.ends_when or "success")
         rows.append({"subtask": index, "object": sub.object, "ends_when": sub.ends_when or "success",
                      "start": start, "end": end, "reason": reason})
     return rows

@@ -5,6 +5,7 @@
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
     factory preview out/stack          # contact sheet PNG + one mp4 per camera
+    factory preview out/stack --failures   # failed attempts the run kept, captioned with where they failed
     factory verify out/stack           # checksums, sample counts, episodes, stats
     factory export out/stack --to lerobot out/stack-lerobot
     factory export out/stack --to robomimic out/stack.hdf5
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", type=Path)
     p.add_argument("--out", type=Path, help="folder for the pictures (default: DATASET/preview)")
     p.add_argument("--episodes", type=_positive_int, default=6, help="rows of the contact sheet")
+    p.add_argument("--failures", action="store_true",
+                   help="instead: render the failed attempts the run kept, captioned with where each failed")
 
     p = sub.add_parser("export", help="write the dataset as LeRobot (v3.0) or robomimic (hdf5)")
     p.add_argument("dataset", type=Path)
@@ -218,8 +221,16 @@ def cmd_run(args) -> int:
 
 
 def cmd_preview(args) -> int:
-    from factory.preview import preview
+    from factory.preview import PREVIEW_DIRNAME, preview
 
+    if args.failures:
+        from factory.failures import render_failures
+        from factory.output_dir import require_dataset_info
+
+        info = require_dataset_info(args.dataset)
+        out = (args.out or args.dataset / PREVIEW_DIRNAME) / "failures.png"
+        print(f"failures: {render_failures(args.dataset, info, out, args.episodes)}")
+        return 0
     written = preview(args.dataset, args.out, episodes=args.episodes)
     print(f"contact sheet: {written['contact_sheet']}")
     for video in written["videos"]:
@@ -360,8 +371,18 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     args = build_parser().parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    try:
+        return _main(args)
+    finally:
+        if previous is not None:  # main() called in-process (tests): leave the caller's handler as it was
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args) -> int:
+    from shards.format import DatasetError
+
     if args.command not in ("verify", "inspect", "export", "preview"):  # those never step MuJoCo
         from factory.mujoco_log import route_mujoco_warnings
 
@@ -374,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as err:
         print("interrupted: finished shards are kept; run the same command again to resume", file=sys.stderr)
         return 143 if isinstance(err, Terminated) or _signals else 130
-    except (OSError, ValueError) as err:  # a file the checks above missed: still one line, not a traceback
+    except (OSError, DatasetError) as err:  # a file the checks above missed: still one line, not a traceback
         where = f"{err.filename}: " if getattr(err, "filename", None) else ""
         text = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"error: {where}{text}", file=sys.stderr)

@@ -157,10 +157,13 @@ def _first_line(err: BaseException) -> str:
 
 def shards_dropped(out_dir: Path, tasks: Sequence[ShardTask], done: dict[str, ShardResult],
                    target: int | None) -> list[str]:
-    """Shard files the dataset holds that this plan would drop or rewrite with fewer attempts."""
+    """Shards the manifest lists that this plan would drop or rewrite with fewer attempts.
+
+    Only listed shards count: the manifest is the commit point, and a file it does not list
+    (left by a driver killed mid-commit) is no part of the dataset (`factory verify` flags it).
+    """
     recorded = load_generation(out_dir)["shards"]
-    held = set(load_manifest(out_dir).by_name()) | set(recorded)
-    held |= {p.name for p in shards_dir(out_dir).glob("shard-*.tar")}
+    held = set(load_manifest(out_dir).by_name())
     kept = shard_prefix(done, target, tasks)
     end = len(kept) if kept is not None else len(tasks)
     dropped = []
@@ -175,6 +178,7 @@ def shards_dropped(out_dir: Path, tasks: Sequence[ShardTask], done: dict[str, Sh
 
 
 def refuse_shrinking(out_dir: Path, spec: SceneSpec, dropped: list[str], prefix_stops: bool) -> None:
+    """Raise the one-line UserError for a run that would drop `dropped`: why, and the two ways out."""
     recorded = load_generation(out_dir)["shards"]
     held = max((e["attempt_ids"][1] for e in recorded.values() if isinstance(e, dict)
                 and isinstance(e.get("attempt_ids"), list) and len(e["attempt_ids"]) == 2), default=0)

@@ -24,6 +24,7 @@ from pathlib import Path
 from factory.annotate import annotate_demo
 from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
+from factory.failures import KEEP_PER_SHARD, save_failures
 from factory.records import AnnotatedDemo, Attempt
 from factory.render import FrameRenderer
 from factory.sim import ACTION_LAYOUT, Scene
@@ -216,7 +217,7 @@ class ShardWorker:
         """
         start = time.perf_counter()
         self.load_bank(out_dir)
-        episodes, failures, steps, successes = [], Counter(), 0, 0
+        episodes, failures, steps, successes, failed = [], Counter(), 0, 0, []
         subtasks = {str(i): {"reached": 0, "failed": 0, "retries": 0} for i in range(len(self.spec.subtasks))}
         for attempt_id in task.attempt_ids:
             attempt = self.run_attempt(task, attempt_id)
@@ -228,11 +229,14 @@ class ShardWorker:
             else:
                 # "transit: ..." when a bridging motion disturbed an object first (`factory inspect` shows both)
                 failures[f"{failure_phase(attempt)}: {failure_kind(attempt.reason)}"] += 1
+                if len(failed) < KEEP_PER_SHARD:
+                    failed.append(attempt)
             if on_attempt is not None:
                 on_attempt(attempt.success)
         directory = shards_dir(out_dir)
         directory.mkdir(parents=True, exist_ok=True)
         info = write_shard(episodes, directory, task.index)
+        save_failures(out_dir, task.index, failed)  # for `factory preview --failures`
         return ShardResult(
             task=task,
             info=info,

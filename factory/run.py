@@ -259,7 +259,7 @@ def gpus_per_worker(spec: SceneSpec) -> float:
             value = float(text)
         except ValueError:
             raise UserError(f"${GPUS_ENV}: expected a number >= 0 (e.g. 1 or 0.25), got {text!r}") from None
-        if value < 0:
+        if not 0 <= value < float("inf"):  # NaN fails this too
             raise UserError(f"${GPUS_ENV}: expected a number >= 0 (e.g. 1 or 0.25), got {text!r}")
         return value
     return spec.render.gpus_per_worker
@@ -348,7 +348,8 @@ def _run_locked(resolved: Resolved, tasks: Sequence[ShardTask], out_dir: Path, r
                           variants=spec.appearance.variants_per_trajectory)
     start = time.perf_counter()
     with RunProgress(state, enabled=show_progress) as progress, contextlib.ExitStack() as stack:
-        progress.resumed(len(done), sum(r.attempts for r in done.values()), sum(r.successes for r in done.values()))
+        kept_before = list(recorder.results.values())  # what is left of `done` after --truncate
+        progress.resumed(len(kept_before), sum(r.attempts for r in kept_before), sum(r.successes for r in kept_before))
 
         def on_result(result: ShardResult) -> None:
             recorder.record(result)

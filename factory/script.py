@@ -146,27 +146,6 @@ def run_waypoints(scene: Scene, waypoints: list[WaypointSpec]) -> tuple[np.ndarr
     return np.stack(states), np.stack(actions)
 
 
-def fixture_poses(scene: Scene) -> dict[str, list[float]]:
-    """Root bodies robosuite re-poses at reset, as name -> [x, y, z, qw, qx, qy, qz].
-
-    `Scene.fixture_poses` when the simulation adapter has it; until then the root bodies (children
-    of the world) holding a spec object that has no free joint (Door's frame, PickPlace's bin).
-    """
-    if hasattr(scene, "fixture_poses"):
-        return scene.fixture_poses()
-    import mujoco
-
-    model, out = scene.model, {}
-    for body in scene.bodies.values():
-        joint = model.body_jntadr[body]
-        if joint >= 0 and model.jnt_type[joint] == mujoco.mjtJoint.mjJNT_FREE:
-            continue
-        root = int(model.body_rootid[body])
-        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, root)
-        out[name] = [float(v) for v in (*model.body_pos[root], *model.body_quat[root])]
-    return out
-
-
 def base_state(scene: Scene) -> np.ndarray:
     """[N] the layout every demo starts from: the scene's reset, before any placement offset.
 
@@ -178,7 +157,7 @@ def base_state(scene: Scene) -> np.ndarray:
 
 
 def _placement(scene: Scene, base: np.ndarray, index: int, attempt: int, seed: int) -> Placement:
-    """None for demo 0's first try (the base layout itself); else a draw from `placement:`."""
+    """No offsets on demo 0's first try (the base layout itself); else a draw from `placement:`."""
     if index == 0 and attempt == 0:
         return Placement({})
     scene.set_state(base)
@@ -195,9 +174,12 @@ def record_demo(scene: Scene, index: int, base: np.ndarray, log: Callable[[str],
         seed = demo_seed(spec.seed, index, attempt)
         placement = _placement(scene, base, index, attempt, seed)
         scene.reset_to(base, placement)
-        fixtures = fixture_poses(scene)  # after the reset: the poses this demo runs in
-        states, actions = run_waypoints(scene, list(script.waypoints))
-        why = _failure(scene, states)
+        fixtures = scene.fixture_poses()  # after the reset: the poses this demo runs in
+        try:
+            states, actions = run_waypoints(scene, list(script.waypoints))
+            why = _failure(scene, states)
+        except Exception as err:  # MuJoCo instabilities and controller errors end this try only
+            states, actions, why = np.zeros((0, scene.state_size)), np.zeros((0, 7)), f"simulator error: {err}"
         log(f"demo {index}, try {attempt + 1}: {why or 'success'} ({len(actions)} steps)")
         if not why:
             return ScriptedDemo(states, actions, fixtures, placement.to_json(), seed, attempt + 1)

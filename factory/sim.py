@@ -127,6 +127,7 @@ class Scene:
         # actions (a restored state does not say); None when unknown.
         self.gripper_closed: bool | None = None
         self._success = parse_predicate(spec.task.success) if spec.task.success else None
+        self._check_joint_predicates()
         self._fixture_roots = self._reposed_fixtures()
         named = set(self.bodies.values())
         self.free_bodies = [b for b in range(1, self.model.nbody) if self._is_free(b) and not self._robot_body(b)]
@@ -411,6 +412,15 @@ class Scene:
             return bool(resting and touching and not held)
         raise ValueError(f"predicate {p.name!r} has no evaluation")
 
+    def _check_joint_predicates(self) -> None:
+        """opened/joint predicates must name an object that a hinge or slide joint moves."""
+        texts = [(f"subtasks[{i}].ends_when", s.ends_when) for i, s in enumerate(self.spec.subtasks)]
+        texts.append(("task.success", self.spec.task.success))
+        for field, text in texts:
+            for leaf in parse_predicate(text).leaves() if text else ():
+                if leaf.name in ("opened", "joint"):
+                    self._joint_qpos(leaf.objects[0], field)
+
     def _joint_holds(self, p: Predicate) -> bool:
         obj = p.objects[0]
         value = float(self.data.qpos[self._joint_qpos(obj)])
@@ -418,7 +428,7 @@ class Scene:
             return abs(value - self._start_q.get(obj, value)) >= p.params[0]
         return p.params[0] <= value <= p.params[1]
 
-    def _joint_qpos(self, obj: str) -> int:
+    def _joint_qpos(self, obj: str, field: str = "subtasks") -> int:
         """qpos address of the hinge or slide joint moving `obj`: its body's own, else the nearest ancestor's."""
         body = self.bodies[obj]
         while body > 0:
@@ -427,8 +437,8 @@ class Scene:
                     return int(self.model.jnt_qposadr[j])
             body = int(self.model.body_parentid[body])
         name = self.spec.objects[obj]
-        raise SpecError(self.spec.path, "subtasks", f"object {obj!r} (body {name!r}) moves with no hinge or slide "
-                        "joint: opened/joint predicates need an articulated object")
+        raise SpecError(self.spec.path, field, f"object {obj!r} (body {name!r}) moves with no hinge or slide "
+                        "joint: opened/joint predicates need an articulated object (a door, a drawer, a handle)")
 
     def _inside(self, point: np.ndarray, container: str) -> bool:
         """`point` is in the container's cavity: over its floor, within its walls, below its rim (+5 cm).

@@ -132,7 +132,9 @@ def generate_attempt(scene: Scene, demos: Sequence[AnnotatedDemo], plan: Attempt
     retries = [0] * len(spec.subtasks)
     provenance: dict = {"placement": placement.to_json(), "sources": []}
     try:
-        scene.reset_to(demos[0].demo.states[0], placement)
+        scene.reset_to(demos[0].demo.states[0], placement, fixtures=demos[0].fixture_poses)
+        if scene.has_redrawn_fixtures:
+            provenance["fixtures"] = scene.fixture_poses()  # what a re-render or a re-simulation needs
         outcome = _Rollout(scene, demos, rng, rec, retries, provenance).run()
     except Exception as err:  # MuJoCo instabilities and controller errors end this attempt only
         outcome.reason = f"simulator error: {type(err).__name__}: {err}"

@@ -359,7 +359,10 @@ def read_json_file(path: Path) -> Any:
 
     A missing file raises FileNotFoundError; callers decide whether that is allowed.
     """
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not a JSON text file (byte {exc.start} is not UTF-8)") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

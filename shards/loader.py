@@ -63,7 +63,7 @@ from shards.format import (
     segmentation_member,
     shards_dir,
 )
-from shards.manifest import load_manifest
+from shards.manifest import check_shard, load_manifest
 from shards.metadata import load_dataset_info
 from shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
 from shards.stages import (  # noqa: F401 (some re-exported: the records and stages callers know from here)
@@ -93,6 +93,7 @@ from shards.stages import (  # noqa: F401 (some re-exported: the records and sta
     to_torch,
 )
 from shards.stats import DatasetStats, load_stats
+from shards.writer import ShardInfo
 
 IMAGE_DTYPES = ("uint8", "float32")
 _ITEM_KEYS = frozenset({"images", "state", "action_chunk", "action_mask", "instruction", "episode", "step",
@@ -168,13 +169,19 @@ class ShardDataset(torch.utils.data.IterableDataset):
         config: LoaderConfig,
         normalizer: Normalizer,
         shard_samples: Mapping[str, int] | None = None,
+        shard_infos: Mapping[str, ShardInfo] | None = None,
     ):
-        """`shard_samples`: URL -> samples per the manifest, checked as each shard is read whole."""
+        """`shard_samples`: URL -> samples per the manifest, checked as each shard is read whole.
+        `shard_infos`: URL -> its manifest entry; each such shard's size and sha256 are checked
+        before its first sample is read (once per process), so a damaged one stops the loader
+        with a `DatasetError` naming it instead of reaching training."""
         super().__init__()
         if not urls:
             raise ValueError("ShardDataset needs at least one shard URL")
         self.urls = tuple(urls)
         self.shard_samples = dict(shard_samples or {})
+        self.shard_infos = dict(shard_infos or {})
+        self._checked: set[str] = set()
         self.config = config
         self.normalizer = normalizer
         self.epoch = 0
@@ -196,7 +203,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
         pngs = [depth_member(c) for c in cfg.depth] + [segmentation_member(c) for c in cfg.segmentation]
         wanted = _wanted_members(cfg.cameras, (*cfg.extra_keys, *pngs))
         stages: list[Callable[[Iterable[Any]], Iterable[Any]]] = [
-            partial(read_members, wanted=wanted, on_empty=empty.add, expected=self.shard_samples),  # -> Member
+            partial(read_members, wanted=wanted, on_empty=empty.add, expected=self.shard_samples,
+                    check=self._check_shard),  # -> Member
             group_samples,  # -> RawSample, one a step
             group_episodes,  # -> RawEpisode, whole
             select_episodes,  # -> RawEpisode of this split
@@ -212,6 +220,12 @@ class ShardDataset(torch.utils.data.IterableDataset):
         for stage in stages:
             stream = stage(stream)
         return iter(stream)
+
+    def _check_shard(self, url: str) -> None:
+        info = self.shard_infos.get(url)
+        if info is not None and url not in self._checked:
+            check_shard(Path(url).parent.parent, info)
+            self._checked.add(url)
 
     def _epoch_order(self) -> list[str]:
         # The same permutation in every rank and worker, so that the split stays a partition.
@@ -276,7 +290,10 @@ def make_loader(
         segmentation=_resolve_kind(segmentation, info, "segmentation"),
     )
     loaded = None if normalization == "none" else _load_stats(stats, root)
-    return ShardDataset(urls, config, Normalizer(normalization, loaded), shard_samples=counts)
+    infos = {}
+    if counts and root is not None:  # a dataset directory: its manifest says what each shard must be
+        infos = {str(shards_dir(root) / info.name): info for info in load_manifest(root).shards}
+    return ShardDataset(urls, config, Normalizer(normalization, loaded), shard_samples=counts, shard_infos=infos)
 
 
 def resolve_shards(

@@ -173,15 +173,18 @@ def read_members(
     wanted: Callable[[str], bool],
     on_empty: Callable[[str], Any] = lambda url: None,
     expected: Mapping[str, int] | None = None,
+    check: Callable[[str], Any] = lambda url: None,
 ) -> Iterator[Member]:
     """Tasks -> their shards' members whose suffix `wanted` accepts, in tar order.
 
     URLs are opened with webdataset's `gopen` (paths, file:, pipe:, http(s):) and
     read by `shards.tario.iter_tar`, which raises `DatasetError` for a corrupt or
     truncated tar. `expected` maps a URL to its sample count in the manifest, a
-    second check that also catches a valid tar holding the wrong samples.
+    second check that also catches a valid tar holding the wrong samples. `check(url)` runs
+    before a shard is opened (the loader's: size and sha256 against the manifest).
     """
     for task in tasks:
+        check(task.url)
         samples, last_key = 0, None
         with gopen(task.url) as stream:
             for name, data in iter_tar(stream, task.url):

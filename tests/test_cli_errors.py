@@ -175,3 +175,25 @@ def test_bad_flag_values(tmp_path, flag, value):
     assert "Traceback" not in output
     assert f"argument {flag}" in result.stderr
     assert list(tmp_path.iterdir()) == [spec]
+
+
+def _set_ends_when(index: int, text: str):
+    def mutate(raw):
+        raw["subtasks"][index]["ends_when"] = text
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragments"),
+    [
+        (_set_ends_when(0, "opened(cube, 0.3)"), ("subtasks[0].ends_when", "'cube'", "no hinge or slide joint")),
+        (_set_ends_when(0, "lifted(cube, 0.6)"),
+         ("data/demo_1", "subtask 0 never ends", "lifted(cube, 0.6) does not hold")),
+        (_set_ends_when(0, "all(grasped(cube), near(cube, sphere))"),
+         ("subtasks[0].ends_when", "unknown object 'sphere'", "expected one of: cube")),
+    ],
+    ids=["joint-predicate-on-a-free-object", "subtask-never-ends-in-a-demo", "unknown-object-in-a-composition"],
+)
+def test_predicates_that_cannot_work_are_one_line_errors(tmp_path, mutate, fragments):
+    spec = write_spec(tmp_path, "lift", mutate=mutate)
+    assert_user_error(factory(tmp_path, "validate", spec), *fragments)

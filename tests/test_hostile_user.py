@@ -111,8 +111,8 @@ def test_successes_on_a_finished_dataset_keeps_its_shards(built, tmp_path):
     assert snapshot(data) == before, line
 
 
-def test_run_into_seed_demos_needs_truncate(built, tmp_path):
-    spec, _ = built
+def test_run_into_seed_demos_needs_truncate(tmp_path):
+    spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(cameras=[]))  # nothing to render: fast
     seeds = tmp_path / "seeds"
     result = factory(tmp_path, "seeds", spec, "--out", seeds)
     assert result.returncode == 0, result.stderr
@@ -233,6 +233,15 @@ def test_readers_refuse_a_damaged_shard(corrupt, tmp_path, command):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_streaming_loader_refuses_a_damaged_shard(corrupt):
+    from shards import DatasetError
+    from shards.loader import make_loader
+
+    data, shard = corrupt
+    with pytest.raises(DatasetError, match=f"{shard}: sha256 does not match manifest.json"):
+        list(make_loader(data, cameras=[], normalization="none"))
+
+
 def test_train_eval_refuses_a_shard_with_a_corrupt_header(built, tmp_path):
     spec, dataset = built
     data = copy_of(dataset, tmp_path)
@@ -323,8 +332,15 @@ def test_unsatisfiable_min_separation_is_refused(tmp_path):
 def test_bad_numbers_and_names_are_one_line(tmp_path, mutate, field):
     write_spec(tmp_path, "lift", mutate=mutate)
     assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", field)
+
+
+@pytest.mark.parametrize("mutate", [_placement(x=[float("nan"), 0.1]), lambda raw: raw.update(name="x" * 300)],
+                         ids=["nan-x", "long-name"])
+def test_run_with_a_bad_spec_leaves_nothing_behind(tmp_path, mutate):
+    # It used to crash after taking the lock, leaving .lock and shards/ that blocked the next run.
+    write_spec(tmp_path, "lift", mutate=mutate)
     result = factory(tmp_path, "run", "spec.yaml", "--out", "out", "--attempts", "1", *RUN)
-    assert_user_error(result, "spec.yaml", field)
+    assert_user_error(result, "spec.yaml")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
 
 
@@ -340,8 +356,8 @@ def test_binary_spec_file(tmp_path):
     assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "not a YAML text file")
 
 
-def test_huge_attempts_plan_lazily(built, tmp_path):
-    spec, _ = built
+def test_huge_attempts_plan_lazily(tmp_path):
+    spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(cameras=[]))
     result = factory(tmp_path, "run", spec, "--out", tmp_path / "out", "--attempts", "100000000",
                      "--successes", "1", *RUN)
     assert result.returncode == 0, result.stderr
@@ -434,6 +450,10 @@ def test_verify_reports_a_corrupt_generation_once_named(built, tmp_path):
     (data / "manifest.json").write_text("[]")
     result = factory(tmp_path, "verify", data)
     assert f"{data}/manifest.json" in result.stderr and f"{data}/{data}" not in result.stderr, result.stderr
+    (data / "manifest.json").write_bytes(bytes(range(256)))
+    result = factory(tmp_path, "verify", data)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "manifest.json: not a JSON text file" in result.stderr
 
 
 def test_inspect_without_generation_says_unknown(built, tmp_path):

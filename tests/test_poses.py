@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from generators.poses import (
+    CONTINUOUS_SYMMETRY_STEPS,
     add_action_noise,
     axis_angle_to_mat,
     delta_action_to_pose,
@@ -16,7 +17,9 @@ from generators.poses import (
     pose_inv,
     pose_to_delta_action,
     quat_to_mat,
+    symmetric_frame,
     transform_segment,
+    transit_over,
 )
 
 # Hand-written rotations (no helper code involved).
@@ -325,3 +328,56 @@ def test_add_action_noise_custom_dims_and_bad_args():
         add_action_noise(actions, 0.1, np.random)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="scale"):
         add_action_noise(actions, -0.1, np.random.default_rng(0))
+
+
+def _yaw(angle: float, pos=(0.0, 0.0, 0.0)) -> np.ndarray:
+    pose = np.eye(4)
+    pose[:2, :2] = [[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]
+    pose[:3, 3] = pos
+    return pose
+
+
+def test_symmetric_frame_picks_the_quarter_turn_nearest_the_hand():
+    # The demo grasped a cube at yaw 0 with the hand at yaw 0; the cube now sits at yaw 100 degrees.
+    # Without symmetry the hand must turn 100 degrees; a cube is the same after a quarter turn,
+    # so the frame at 100 - 90 = 10 degrees is equivalent and needs a 10 degree turn.
+    src_obj, src_eef, hand = _yaw(0.0), _yaw(0.0, (0, 0, 0.1)), _yaw(0.0, (0.3, 0, 0.2))
+    cur = _yaw(np.radians(100), (0.1, 0.2, 0.0))
+    assert np.allclose(symmetric_frame(cur, src_obj, src_eef, hand, 1), cur)
+    frame = symmetric_frame(cur, src_obj, src_eef, hand, 4)
+    assert np.allclose(frame, _yaw(np.radians(10), (0.1, 0.2, 0.0)))
+    half = symmetric_frame(cur, src_obj, src_eef, hand, 2)  # half turns only: 100 or -80 degrees
+    assert np.allclose(half, _yaw(np.radians(-80), (0.1, 0.2, 0.0)))
+
+
+def test_symmetric_frame_under_any_yaw_lines_up_with_the_hand():
+    cur = _yaw(np.radians(137), (0.1, 0.0, 0.0))
+    frame = symmetric_frame(cur, _yaw(0.0), _yaw(0.0), _yaw(0.0), 0)
+    assert np.allclose(frame[:3, 3], cur[:3, 3])
+    angle = np.degrees(np.arctan2(frame[1, 0], frame[0, 0]))
+    assert abs(angle) <= 360 / CONTINUOUS_SYMMETRY_STEPS / 2 + 1e-9
+
+
+def test_transit_over_rises_crosses_and_descends():
+    start, end = _yaw(0.0, (0.0, 0.0, 0.90)), _yaw(np.pi / 2, (0.30, 0.0, 0.85))
+    poses = transit_over(start, end, clearance=0.1, speed=0.02)
+    z = poses[:, 2, 3]
+    top = 0.90 + 0.1
+    up = int(np.argmax(np.isclose(z, top)))
+    assert up == 4  # 0.10 m at 0.02 m a step
+    crossing = poses[np.isclose(z, top)]
+    assert np.allclose(crossing[-1][:3, 3], [0.30, 0.0, top])  # across at the clearance height
+    assert len(crossing) == 1 + 15  # 0.30 m at 0.02 m a step
+    assert np.all(np.diff(z[up:][len(crossing) - 1:]) < 0)  # then only down
+    assert np.array_equal(poses[-1], end)
+    assert np.all(poses[:, 0, 3] >= -1e-12) and np.all(z >= 0.85 - 1e-12)
+
+
+def test_disturbed_names_moved_or_tipped_objects_but_not_the_exempt():
+    from generators.mimicgen import disturbed
+
+    tipped = np.eye(4)
+    tipped[:3, :3] = [[1, 0, 0], [0, np.cos(0.5), -np.sin(0.5)], [0, np.sin(0.5), np.cos(0.5)]]
+    before = {"a": np.eye(4), "b": np.eye(4), "c": np.eye(4), "held": np.eye(4)}
+    after = {"a": _yaw(0.0, (0.02, 0, 0)), "b": tipped, "c": _yaw(0.0, (0.005, 0, 0)), "held": _yaw(0.0, (0.3, 0, 0))}
+    assert disturbed(before, after, exempt={"held"}) == ["a", "b"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from factory.predicates import PREDICATE_KINDS, Predicate, parse_predicate
@@ -27,9 +29,11 @@ def test_every_registered_kind_parses_and_round_trips(name):
     # Over the whole registry: a newly added kind is covered without a new test.
     kind = PREDICATE_KINDS[name]
     objects = tuple(f"obj{i}" for i in range(kind.objects))
-    text = f"{name}({', '.join(objects)})" if objects else name
+    required = tuple(float(i + 1) for i in range(kind.required))  # params without a usable default
+    args = [*objects, *(f"{v:g}" for v in required)]
+    text = f"{name}({', '.join(args)})" if args else name
     parsed = parse_predicate(text)
-    assert parsed == Predicate(name, objects, tuple(default for _, default in kind.params))
+    assert parsed == Predicate(name, objects, required + tuple(d for _, d in kind.params[kind.required:]))
     assert parse_predicate(str(parsed)) == parsed
 
 
@@ -108,4 +112,43 @@ def test_object_arguments_must_be_names(text):
 @pytest.mark.parametrize("text", ["", "   ", "12", "grasped(cubeA", "Grasped(cubeA)", "grasped cubeA", None])
 def test_garbage_text_is_rejected_with_an_example(text):
     with pytest.raises(ValueError, match=r"expected a predicate like 'grasped\(cubeA\)'"):
+        parse_predicate(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "all(on_peg(nut, peg, 0.03), not(grasped(nut)))",
+        "any(inside(milk, bin), inside(bread, bin))",
+        "not(any(grasped(a), contact(a, b)))",
+        "all(opened(door, 0.3))",
+    ],
+)
+def test_compositions_parse_nest_and_round_trip(text):
+    parsed = parse_predicate(text)
+    assert str(parsed) == text
+    assert parse_predicate(str(parsed)) == parsed
+
+
+def test_a_composition_lists_its_objects_and_leaves():
+    parsed = parse_predicate("all(on_peg(nut, peg), not(grasped(nut)), any(success, opened(door)))")
+    assert parsed.all_objects() == {"nut", "peg", "door"}
+    assert [leaf.name for leaf in parsed.leaves()] == ["on_peg", "grasped", "success", "opened"]
+    assert parsed.mentions("success") and not parsed.mentions("inside")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not(grasped(a), grasped(b))", "not takes not(predicate)"),
+        ("all()", "all takes all(predicate, predicate, ...)"),
+        ("all(grasped(a)", "all takes all(predicate, predicate, ...)"),
+        ("any(grasped(a)))", "any takes"),
+        ("all(held(a))", "unknown predicate 'held'"),
+        ("joint(handle, 0.5)", "joint takes joint(object1, low, high)"),
+        ("joint(handle, 2, 1)", "low <= high"),
+    ],
+)
+def test_bad_compositions_and_joint_ranges_say_what_was_expected(text, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         parse_predicate(text)

@@ -23,8 +23,10 @@ from factory.preview import (
 from shards import (
     Episode,
     EpisodeRecord,
+    Manifest,
     save_dataset_info,
     save_episodes,
+    save_manifest,
     shards_dir,
     write_shard,
 )
@@ -51,7 +53,7 @@ def _jpeg(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
 
 
 def make_dataset(root: Path, cameras=CAMERAS, episodes=EPISODES) -> Path:
-    """A real dataset: shards, episodes.jsonl and dataset_info.json."""
+    """A real dataset: shards, episodes.jsonl, dataset_info.json and manifest.json (preview checks shards against it)."""
     shards_dir(root).mkdir(parents=True)
     by_shard: dict[int, list[Episode]] = {}
     for index, shard, length in episodes:
@@ -72,8 +74,8 @@ def make_dataset(root: Path, cameras=CAMERAS, episodes=EPISODES) -> Path:
                 provenance={},
             )
         )
-    for shard, eps in by_shard.items():
-        write_shard(eps, shards_dir(root), shard)
+    manifest = Manifest(tuple(write_shard(eps, shards_dir(root), shard) for shard, eps in by_shard.items()))
+    save_manifest(root, manifest)
     save_episodes(root, [EpisodeRecord.from_episode(ep) for eps in by_shard.values() for ep in eps])
     cams = [{"name": n, "width": w, "height": h, "format": "jpg"} for n, (w, h) in cameras.items()]
     save_dataset_info(root, {"name": "tiny", "fps": FPS, "cameras": cams})
@@ -184,7 +186,7 @@ def _drop_info(data: Path) -> None:
     [
         (_drop_info, lambda d, out: preview(d, out), "not a demofactory dataset"),
         (_corrupt_episodes, lambda d, out: preview(d, out), "not a readable dataset"),
-        (_drop_shard, lambda d, out: write_episode_videos(d, out, episode=12), "cannot read frames"),
+        (_drop_shard, lambda d, out: write_episode_videos(d, out, episode=12), "missing, yet listed in manifest.json"),
         (None, lambda d, out: write_episode_videos(d, out, episode=99), r"no episode 99 .* 3, 7, 12"),
         (None, lambda d, out: write_contact_sheet(d, out / "s.png", episodes=0), "episodes must be >= 1"),
     ],

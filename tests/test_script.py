@@ -9,7 +9,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO, write_spec
+from conftest import REPO, SPECS, write_spec
 
 from factory.errors import SpecError
 from factory.spec import WaypointSpec, load_spec
@@ -149,6 +149,37 @@ def test_scripted_lift_demo_reads_back_and_succeeds(tmp_path):
     assert scene.env._check_success()
 
 
+SCRIPTED_SPECS = sorted(p for p in SPECS.glob("*.yaml") if load_spec(p).script is not None)
+
+
+def test_the_scripted_specs_are_found():
+    assert {p.stem for p in SCRIPTED_SPECS} >= {
+        "pick_place_can", "pick_place", "pick_place_milk", "pick_place_bread", "pick_place_cereal", "door",
+    }
+
+
+@pytest.mark.parametrize("path", SCRIPTED_SPECS, ids=lambda p: p.stem)
+def test_shipped_scripted_seeds_end_in_success(path):
+    """Each shipped scripted seed file loads, and each demo's last state (fixtures restored) succeeds."""
+    from factory.demos import load_seed_demos
+    from factory.script import make_scene
+
+    spec = load_spec(path)
+    files = [spec.resolve_path(rel) for rel in spec.seed_demos if "scripted" in rel]
+    assert files, f"{path.name}: seed_demos lists no scripted file"
+    scene = make_scene(spec)
+    for file in files:
+        demos = load_seed_demos(file)
+        assert len(demos) == spec.script.demos
+        with h5py.File(file) as f:
+            fixtures = [json.loads(f[f"data/{d.name}"].attrs["fixture_poses"]) for d in demos]
+        for demo, poses in zip(demos, fixtures, strict=True):
+            assert demo.env_name == spec.task.env and demo.states.shape[1] == scene.state_size
+            scene.reset(poses)
+            scene.set_state(demo.states[-1])
+            assert scene.env._check_success(), f"{file.name}:{demo.name}"
+
+
 # --- the CLI: one line, exit 2 -------------------------------------------------------------------
 
 
@@ -190,3 +221,12 @@ def test_cli_refuses_an_existing_or_unwritable_output(tmp_path):
     assert existing.read_bytes() == b"keep"
     missing = tmp_path / "no_such_folder" / "d.hdf5"
     assert_one_line(factory("script", spec, "--out", missing), str(missing), "does not exist")
+
+
+def test_cli_script_that_never_succeeds(tmp_path):
+    script = {"demos": 1, "tries": 2, "waypoints": [{"pos": [0, 0, 0], "gripper": "open", "steps": 3}]}
+    spec = write_spec(tmp_path / "spec.yaml", script=script)
+    out = tmp_path / "d.hdf5"
+    result = factory("script", spec, "--out", out, "--quiet")
+    assert_one_line(result, str(spec), "script.waypoints", "demo 0", "after 2 tries", "task not done at the end")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # nothing written, not even a temporary

@@ -125,12 +125,28 @@ def test_unknown_object_lists_the_spec_objects(tmp_path):
     assert "expected one of: cubeA, cubeB" in _error(tmp_path, raw).message
 
 
-def test_a_subtask_without_ends_when_is_segmented_at_gripper_events(tmp_path):
+def test_only_one_subtask_may_end_at_the_task_success(tmp_path):
     raw = _raw()
-    del raw["subtasks"][0]["ends_when"]
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    assert load_spec(path).subtasks[0].ends_when is None
+    del raw["subtasks"][0]["ends_when"]  # now both subtasks would end at the task's success
+    err = _error(tmp_path, raw)
+    assert err.field == "subtasks[1].ends_when"
+    assert "only one subtask may end at the task's success" in err.message
+
+
+def test_symmetry_names_a_spec_object(tmp_path):
+    raw = _raw()
+    raw["symmetry"] = {"sphere": 4}
+    err = _error(tmp_path, raw)
+    assert err.field == "symmetry.sphere" and "expected one of: cubeA, cubeB" in err.message
+
+
+def test_task_success_is_checked_like_subtask_predicates(tmp_path):
+    raw = _raw()
+    raw["task"]["success"] = "all(on_top(cubeA, cubeB), not(grasped(cubeC)))"
+    err = _error(tmp_path, raw)
+    assert err.field == "task.success" and "unknown object 'cubeC'" in err.message
+    raw["task"]["success"] = "any(success, grasped(cubeA))"
+    assert "cannot refer to itself" in _error(tmp_path, raw).message
 
 
 @pytest.mark.parametrize(

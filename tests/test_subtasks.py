@@ -1,4 +1,4 @@
-"""Subtask order from demos, gripper-event segmentation, retries, source selection, generate-until-N."""
+"""Subtask order from demos, where segments start and end, retries, source selection, generate-until-N."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from factory.annotate import gripper_events, subtask_order_and_ends
+from factory.annotate import FINISH_TAIL, MIN_RUN, segment_demo, segment_starts
 from factory.errors import UserError
 from factory.pipeline import ShardResult, ShardTask
-from factory.predicates import parse_predicate
 from factory.records import SeedDemo
 from factory.resolve import resolve_spec
 from factory.run import DatasetRecorder
@@ -24,40 +23,77 @@ def _demo(length: int) -> SeedDemo:
     return SeedDemo("demo_1", Path("x.hdf5"), "PickPlace", np.zeros((length, 3)), np.zeros((length, 7)))
 
 
-def _holds(length: int, first: dict[int, int], count: int) -> np.ndarray:
+def _holds(length: int, spans: dict[int, list[tuple[int, int]]], count: int) -> np.ndarray:
+    """[T, count] predicates holding over the given [start, stop) spans (stop None: to the end)."""
     holds = np.zeros((length, count), dtype=bool)
-    for i, t in first.items():
-        holds[t:, i] = True
+    for i, ranges in spans.items():
+        for start, stop in ranges:
+            holds[start:stop, i] = True
     return holds
 
 
+LABELS = ["grasped(bread)", "inside(bread, bin)", "grasped(cereal)", "inside(cereal, bin)"]
+
+
 def test_subtask_order_follows_the_demo_not_the_spec():
-    # spec: grasp bread, bread in bin, grasp cereal, (cereal in bin: last, ends with the demo)
-    preds = [parse_predicate(p) for p in ("grasped(bread)", "inside(bread, bin)", "grasped(cereal)")] + [None]
-    # the person picked the cereal first: grasped(cereal) at 10, ... bread grasped at 50, in bin at 80
-    holds = _holds(100, {2: 10, 0: 50, 1: 80}, 4)
-    order, ends = subtask_order_and_ends(_demo(100), holds, preds, np.zeros(100))
-    assert order == (2, 0, 1, 3)
-    assert ends == (51, 81, 11, 100)
+    # spec: grasp bread, bread in bin, grasp cereal, cereal in bin; the person took the cereal first
+    holds = _holds(100, {2: [(10, 30)], 3: [(30, None)], 0: [(50, 70)], 1: [(70, None)]}, 4)
+    order, ends, reasons = segment_demo(_demo(100), holds, LABELS, finishing=None)
+    assert order == (2, 3, 0, 1)
+    assert ends == (51, 100, 11, 31)  # the last in the demo's order runs to its end
+    assert reasons[2] == "grasped(cereal) holds from step 10"
 
 
-def test_spec_order_when_the_demo_agrees():
-    preds = [parse_predicate("grasped(cubeA)"), None]
-    order, ends = subtask_order_and_ends(_demo(40), _holds(40, {0: 12}, 2), preds, np.zeros(40))
-    assert order == (0, 1) and ends == (13, 40)
+def test_a_predicate_already_true_at_the_segment_start_does_not_end_it():
+    # inside(bread, bin) is true from step 0 (a loose container check, or a bread already there):
+    # the cut waits for a predicate that starts to hold after the segment began.
+    holds = _holds(60, {1: [(0, None)], 0: [(20, 40)]}, 2)
+    order, ends, _ = segment_demo(_demo(60), holds, LABELS[:2], finishing=None)
+    assert order == (0, 1) and ends == (21, 60)
 
 
-def test_subtasks_without_predicates_end_at_gripper_events():
-    gripper = np.array([-1] * 10 + [1] * 15 + [-1] * 5, dtype=float)
-    assert gripper_events(gripper).tolist() == [10, 25]
-    order, ends = subtask_order_and_ends(_demo(30), np.zeros((30, 3), bool), [None, None, None], gripper)
-    assert order == (0, 1, 2) and ends == (10, 25, 30)
+def test_a_drop_and_second_grasp_ends_the_grasp_at_the_second_grasp():
+    # grasped at 10-20, dropped, grasped again at 40-70; the cube is on the other at 75 (success)
+    holds = _holds(100, {0: [(10, 20), (40, 70)], 1: [(75, None)]}, 2)
+    order, ends, reasons = segment_demo(_demo(100), holds, ["grasped(cubeA)", "success"], finishing=1)
+    assert order == (0, 1)
+    assert ends[0] == 41, "the carry must start with the cube in hand, after the second grasp"
+    assert "the last of 2 times" in reasons[0]
+    assert ends[1] == 75 + FINISH_TAIL  # the task is done at 75: a short tail, not the rest of the demo
+
+
+def test_a_flicker_shorter_than_min_run_is_not_a_grasp():
+    holds = _holds(60, {0: [(5, 5 + MIN_RUN - 1), (30, 50)], 1: [(55, None)]}, 2)
+    _, ends, _ = segment_demo(_demo(60), holds, ["grasped(a)", "success"], finishing=1)
+    assert ends[0] == 31
+
+
+def test_the_finishing_subtask_is_last_whatever_the_spec_order():
+    holds = _holds(50, {0: [(40, None)], 1: [(10, 30)]}, 2)  # subtask 0 ends at success, listed first
+    order, ends, _ = segment_demo(_demo(50), holds, ["success", "grasped(a)"], finishing=0)
+    assert order == (1, 0) and ends == (50, 11)
 
 
 def test_a_predicate_that_never_holds_names_the_demo_and_subtask():
-    preds = [parse_predicate("grasped(cubeA)"), None]
     with pytest.raises(UserError, match=r"data/demo_1: subtask 0 never ends: grasped\(cubeA\)"):
-        subtask_order_and_ends(_demo(20), np.zeros((20, 2), bool), preds, np.zeros(20))
+        segment_demo(_demo(20), np.zeros((20, 2), bool), ["grasped(cubeA)", "success"], finishing=1)
+
+
+def test_a_demo_that_never_completes_the_task_is_refused():
+    holds = _holds(30, {0: [(5, 20)]}, 2)
+    with pytest.raises(UserError, match="the task is never done in this demo"):
+        segment_demo(_demo(30), holds, ["grasped(cubeA)", "success"], finishing=1)
+
+
+def test_steps_spent_on_another_object_are_skipped():
+    # subtask 0 (grasp the square nut, body 1) starts after the round nut (body 2), handled by the
+    # person during steps 0..40, has come to rest; the square nut itself is of concern, not skipped.
+    xpos = np.zeros((100, 2, 3))
+    xpos[:41, 1, 0] = np.linspace(0.0, 0.3, 41)
+    xpos[41:, 1, 0] = 0.3
+    starts = segment_starts((0, 1), (60, 100), [{1}, {1, 3}], [1, 2], xpos)
+    assert starts == (40, 60)
+    assert segment_starts((0, 1), (60, 100), [{1, 2}, {1}], [1, 2], xpos) == (0, 60)  # the body concerns it
 
 
 def test_pose_distance_adds_metres_and_radians():
@@ -87,10 +123,13 @@ def test_retries_restore_the_subtask_start_and_keep_one_continuous_branch(noisy_
 
 
 def test_the_horizon_filters_sources_that_cannot_fit(noisy_lift):
-    # demo_2 (1143 steps) cannot fit in 700 steps: it is never chosen, so no attempt fails by horizon.
+    # demo_2's grasp segment (1120 steps: the person fumbled) cannot fit in 700 steps: it never starts an
+    # attempt, and a retry takes a source only when its segment fits, so no attempt fails by horizon.
+    # (Its lift segment, 23 steps after the last grasp, may serve a retry of the lift.)
+    assert noisy_lift.demos[1].segment(0)[1] > 700
     for i in range(4):
         attempt = generate_attempt(noisy_lift.scene, noisy_lift.demos, AttemptPlan(i, 0, attempt_seed(0, 0, i)))
-        assert not any("demo_2" in s for s in attempt.provenance["sources"])
+        assert "demo_2" not in attempt.provenance["sources"][0]
         assert not attempt.reason.startswith("horizon")
 
 
@@ -134,5 +173,23 @@ def test_annotate_command_prints_every_demo_segment(capsys):
     assert lengths == [226, 1143, 285, 296]
     for demo in report["demos"]:
         grasp, lift = demo["segments"]
-        assert grasp["ends_when"] == "grasped(cube)" and lift["ends_when"] == "end of demo"
-        assert grasp["start"] == 0 < grasp["end"] == lift["start"] < lift["end"] == demo["length"]
+        assert grasp["ends_when"] == "grasped(cube)" and lift["ends_when"] == "success"
+        assert grasp["object"] == lift["object"] == "cube"
+        assert grasp["reason"].startswith("grasped(cube) holds from step")
+        assert lift["reason"].startswith("the task is done (success from step")
+        assert grasp["start"] == 0 < grasp["end"] == lift["start"] < lift["end"] <= demo["length"]
+
+
+def test_annotate_plot_writes_a_timeline_png_per_demo(tmp_path, capsys):
+    from PIL import Image
+
+    from factory.cli import main
+
+    assert main(["annotate", str(SPECS / "stack.yaml"), "--plot", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (png,) = tmp_path.glob("*.png")
+    assert f"timeline: {png}" in out
+    with Image.open(png) as image:
+        pixels = np.asarray(image.convert("RGB"))
+    assert image.width > 900 and image.height > 100
+    assert (pixels != 255).any(axis=2).mean() > 0.05  # lanes and segments were drawn, not a blank page
