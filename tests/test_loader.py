@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import json
@@ -17,7 +18,15 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from shards import DatasetError, Episode, shards_dir, tario
+from shards import (
+    DatasetError,
+    Episode,
+    load_manifest,
+    save_manifest,
+    sha256_file,
+    shards_dir,
+    tario,
+)
 from shards.dataset import write_dataset
 from shards.loader import (
     Normalizer,
@@ -275,6 +284,26 @@ def test_resampled_yields_exactly_epoch_length(dataset) -> None:
     assert len(list(itertools.islice(endless, n))) == n  # goes on past one pass over the data
 
 
+def _relist(dataset_dir: Path, path: Path) -> None:
+    """Record a damaged shard's size and sha256 in the manifest, as if it had been written so
+    (the loader checks both before reading a shard; these tests are about what it checks after)."""
+    manifest = load_manifest(dataset_dir)
+    entry = manifest.by_name()[path.name]
+    fixed = dataclasses.replace(entry, bytes=path.stat().st_size, sha256=sha256_file(path))
+    save_manifest(dataset_dir, manifest.with_shard(fixed))
+
+
+def test_a_damaged_shard_is_refused_before_it_is_read(dataset, tmp_path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset.path, copy)
+    path = shards_dir(copy) / "shard-000000.tar"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=r"shard-000000.tar: sha256 does not match manifest.json"):
+        list(make_loader(copy, cameras=[], normalization="none"))
+
+
 def test_a_shard_with_a_corrupt_header_raises(dataset, tmp_path) -> None:
     # Python's tarfile would end the tar quietly at this header and drop episode 2 whole;
     # shards.tario checks every header's checksum.
@@ -286,6 +315,7 @@ def test_a_shard_with_a_corrupt_header_raises(dataset, tmp_path) -> None:
     data = bytearray(path.read_bytes())
     data[offset + 1] ^= 0xFF
     path.write_bytes(bytes(data))
+    _relist(copy, path)  # past the manifest's checksum: the reader's own check is what is tested
     with pytest.raises(DatasetError, match=rf"shard-000000.tar: not a readable tar file: header at byte {offset}: "
                                            r"bad checksum \(\d+ stored, \d+ computed\)"):
         list(make_loader(copy, cameras=[], normalization="none"))
@@ -302,6 +332,7 @@ def test_a_valid_shard_short_of_its_manifest_count_raises(dataset, tmp_path) -> 
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
         for member, data in kept:
             tar.addfile(member, io.BytesIO(data))
+    _relist(copy, path)  # past the manifest's checksum: only its sample count can tell
     with pytest.raises(DatasetError, match=r"shard-000000.tar: holds 3 samples, manifest.json lists 8"):
         list(make_loader(copy, cameras=[], normalization="none"))
 
