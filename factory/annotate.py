@@ -64,7 +64,12 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
         free[t] = scene.data.xpos[scene.free_bodies]
     scene.gripper_closed = None
     labels = [str(p) for p in predicates]
-    order, ends, reasons = segment_demo(demo, holds, labels, finishing_index(spec.subtasks))
+    try:
+        order, ends, reasons = segment_demo(demo, holds, labels, finishing_index(spec.subtasks))
+    except UserError as err:
+        if demo.env_name and not spec.task.env.startswith(demo.env_name):
+            raise UserError(f"{err} (the demo was recorded in {demo.env_name}, the spec's env is {spec.task.env})") from None
+        raise
     involved = [{scene.bodies[o] for o in (s.object, *predicates[i].all_objects())} for i, s in enumerate(spec.subtasks)]
     starts = segment_starts(order, ends, involved, scene.free_bodies, free)
     return AnnotatedDemo(
