@@ -47,14 +47,26 @@ MIMICGEN_STACK = {
     "s_per_rendered_success": 184.0,
     "cameras": "agentview, robot0_eye_in_hand at 84x84",
     "source": "NVlabs MimicGen generating Stack from the same human demo, measured on this kind of machine "
-              "(figure quoted in the project's issue 4)",
+    "(figure quoted in the project's issue 4)",
 }
 
 
 def run_factory(spec: Path, out: Path, attempts: int) -> tuple[float, float]:
     """`factory run` with one worker; returns its wall time and its processes' CPU time, seconds."""
-    return run_measured([str(Path(sys.executable).parent / "factory"), "run", str(spec), "--out", str(out),
-                         "--attempts", str(attempts), "--workers", "1", "--no-progress"])
+    return run_measured(
+        [
+            str(Path(sys.executable).parent / "factory"),
+            "run",
+            str(spec),
+            "--out",
+            str(out),
+            "--attempts",
+            str(attempts),
+            "--workers",
+            "1",
+            "--no-progress",
+        ]
+    )
 
 
 def run_measured(command: list[str]) -> tuple[float, float]:
@@ -70,7 +82,9 @@ def run_measured(command: list[str]) -> tuple[float, float]:
         wall = time.perf_counter() - start
         if process.returncode != 0:
             log.seek(0)
-            sys.exit(f"{command[0]} failed ({process.returncode}):\n{log.read()[-2000:].decode(errors='replace')}")
+            sys.exit(
+                f"{command[0]} failed ({process.returncode}):\n{log.read()[-2000:].decode(errors='replace')}"
+            )
     return wall, sum(cpu.values())
 
 
@@ -103,8 +117,11 @@ def summarize(out: Path, wall_s: float, cpu_s: float, attempts: int, load_before
     worker_s = sum(entry["wall_s"] for entry in generation.values())
     steps = sum(e["length"] for entry in generation.values() for e in entry["episodes"])
     reference = MIMICGEN_STACK["rendered_successes_per_core_hour"]
-    per_hour = {"cpu": successes / (cpu_s / 3600), "end_to_end": successes / (wall_s / 3600),
-                "in_worker": successes / (worker_s / 3600)}
+    per_hour = {
+        "cpu": successes / (cpu_s / 3600),
+        "end_to_end": successes / (wall_s / 3600),
+        "in_worker": successes / (worker_s / 3600),
+    }
     return {
         "benchmark": "episodes_per_hour",
         "spec": info["spec"]["name"],
@@ -117,7 +134,9 @@ def summarize(out: Path, wall_s: float, cpu_s: float, attempts: int, load_before
         "wall_s": round(wall_s, 1),
         "worker_s": round(worker_s, 1),
         "cpu_s": round(cpu_s, 1),
-        "s_per_rendered_success": {k: round(3600 / v, 1) if v else None for k, v in per_hour.items()},
+        "s_per_rendered_success": {
+            k: round(3600 / v, 1) if v else None for k, v in per_hour.items()
+        },
         "rendered_successes_per_core_hour": {k: round(v, 1) for k, v in per_hour.items()},
         "ratio_vs_mimicgen": {k: round(v / reference, 2) for k, v in per_hour.items()},
         "reference": MIMICGEN_STACK,

@@ -33,7 +33,8 @@ def main() -> None:
 
     start = time.perf_counter()
     attempts = [
-        generate_attempt(scene, demos, AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i))) for i in range(args.attempts)
+        generate_attempt(scene, demos, AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i)))
+        for i in range(args.attempts)
     ]
     gen_s = time.perf_counter() - start
     steps = sum(a.length for a in attempts)
@@ -42,18 +43,22 @@ def main() -> None:
     fast_rate = _bare_rate(scene, demos, scene.step, bare)
     env_rate = _bare_rate(scene, demos, scene.env.step, bare)
 
-    print(json.dumps({
-        "benchmark": "generate",
-        "spec": args.spec,
-        "attempts": args.attempts,
-        "success_rate": sum(a.success for a in attempts) / args.attempts,
-        "s_per_attempt": round(gen_s / args.attempts, 3),
-        "generator_steps_per_s": round(steps / gen_s, 1),
-        "fast_step_per_s": round(fast_rate, 1),
-        "robosuite_env_step_per_s": round(env_rate, 1),
-        "ratio": round((steps / gen_s) / env_rate, 3),
-        "fast_step_ratio": round(fast_rate / env_rate, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "generate",
+                "spec": args.spec,
+                "attempts": args.attempts,
+                "success_rate": sum(a.success for a in attempts) / args.attempts,
+                "s_per_attempt": round(gen_s / args.attempts, 3),
+                "generator_steps_per_s": round(steps / gen_s, 1),
+                "fast_step_per_s": round(fast_rate, 1),
+                "robosuite_env_step_per_s": round(env_rate, 1),
+                "ratio": round((steps / gen_s) / env_rate, 3),
+                "fast_step_ratio": round(fast_rate / env_rate, 3),
+            }
+        )
+    )
 
 
 def _bare_rate(scene, demos, step, count: int) -> float:

@@ -40,15 +40,23 @@ SUITE = [
     ("scene_specs/stack_d0.yaml", "1 human demo, symmetry declared", 0.85),
     ("scene_specs/lift.yaml", "4 human demos", 0.95),
 ]
-MIMICGEN_STACK = {"success_rate": 0.54, "successes_per_core_minute": 27 / (297 / 60), "s_per_attempt": 5.9}
+MIMICGEN_STACK = {
+    "success_rate": 0.54,
+    "successes_per_core_minute": 27 / (297 / 60),
+    "s_per_attempt": 5.9,
+}
 
 
 def run_setting(spec_path: str, attempts: int, retries: int) -> dict:
-    spec = load_spec(spec_path, {"generation.attempts": attempts, "generation.subtask_retries": retries, "cameras": []})
+    spec = load_spec(
+        spec_path,
+        {"generation.attempts": attempts, "generation.subtask_retries": retries, "cameras": []},
+    )
     resolved = resolve_spec(spec)
     plans = [
         AttemptPlan(a, task.index, attempt_seed(spec.seed, task.index, a))
-        for task in plan_shards(spec) for a in task.attempt_ids
+        for task in plan_shards(spec)
+        for a in task.attempt_ids
     ]
     start = time.perf_counter()
     results = [generate_attempt(resolved.scene, resolved.demos, p) for p in plans]
@@ -92,7 +100,9 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=100)
     parser.add_argument("--retries", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--suite", action="store_true", help="every task of SUITE, retries 0")
-    parser.add_argument("--only", nargs="+", default=None, help="with --suite: these spec stems only")
+    parser.add_argument(
+        "--only", nargs="+", default=None, help="with --suite: these spec stems only"
+    )
     args = parser.parse_args()
     if args.suite:
         run_suite(args.attempts, args.only)
@@ -114,11 +124,24 @@ def run_suite(attempts: int, only: list[str] | None) -> None:
         if only and spec_path.rsplit("/", 1)[-1].removesuffix(".yaml") not in only:
             continue
         row = run_setting(spec_path, attempts, 0)
-        row.update(seeds=seeds, target=target, meets_target=None if target is None else row["success_rate"] >= target)
+        row.update(
+            seeds=seeds,
+            target=target,
+            meets_target=None if target is None else row["success_rate"] >= target,
+        )
         met.append(row["meets_target"] is not False)
         print(json.dumps(row), flush=True)
-    print(json.dumps({"benchmark": "generation_success_suite", "attempts": attempts, "tasks": len(met),
-                      "all_meet_targets": all(met)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "benchmark": "generation_success_suite",
+                "attempts": attempts,
+                "tasks": len(met),
+                "all_meet_targets": all(met),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -59,7 +59,9 @@ def _frame(episode: int, step: int, camera: int, size: int) -> bytes:
     y, x = np.mgrid[0:size, 0:size] / size
     phase = 0.05 * step + episode + 2 * camera
     wave = 40 * np.sin(6 * x + phase) * np.cos(4 * y - phase)
-    image = np.stack([80 + 100 * x + wave, 60 + 120 * y - wave, 140 + 60 * x * y + 0.5 * wave], axis=-1)
+    image = np.stack(
+        [80 + 100 * x + wave, 60 + 120 * y - wave, 140 + 60 * x * y + 0.5 * wave], axis=-1
+    )
     buffer = io.BytesIO()
     Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
@@ -70,23 +72,45 @@ def build_dataset(root: Path, episodes: int, length: int, size: int) -> list[byt
     rng = np.random.default_rng(0)
     written, frames = [], []
     for shard in range((episodes + EPISODES_PER_SHARD - 1) // EPISODES_PER_SHARD):
-        for index in range(shard * EPISODES_PER_SHARD, min(episodes, (shard + 1) * EPISODES_PER_SHARD)):
-            images = {name: [_frame(index, t, c, size) for t in range(length)] for c, name in enumerate(CAMERAS)}
+        for index in range(
+            shard * EPISODES_PER_SHARD, min(episodes, (shard + 1) * EPISODES_PER_SHARD)
+        ):
+            images = {
+                name: [_frame(index, t, c, size) for t in range(length)]
+                for c, name in enumerate(CAMERAS)
+            }
             frames += [jpeg for camera_frames in images.values() for jpeg in camera_frames]
-            written.append(Episode(
-                index=index, shard=shard, instruction="stack the red cube on the green cube", seed=index,
-                actions=rng.uniform(-1, 1, size=(length, 7)), states=np.cumsum(rng.normal(size=(length, 9)), 0),
-                sim_states=rng.normal(size=(length, 20)), images=images, provenance={"source_demo": "demo_0"},
-            ))
+            written.append(
+                Episode(
+                    index=index,
+                    shard=shard,
+                    instruction="stack the red cube on the green cube",
+                    seed=index,
+                    actions=rng.uniform(-1, 1, size=(length, 7)),
+                    states=np.cumsum(rng.normal(size=(length, 9)), 0),
+                    sim_states=rng.normal(size=(length, 20)),
+                    images=images,
+                    provenance={"source_demo": "demo_0"},
+                )
+            )
     task = {"env": "Stack", "robot": "Panda", "controller": "OSC_POSE", "control_freq": 20}
-    write_dataset(root, written, {
-        "name": "bench", "fps": 20, "env": "Stack", "robot": "Panda",
-        "cameras": [{"name": name, "width": size, "height": size, "format": "jpg"} for name in CAMERAS],
-        "state": {"dim": 9, "layout": STATE_LAYOUT},
-        "action": {"dim": 7, "layout": ACTION_LAYOUT},
-        "sim_state": {"dim": 20, "layout": "time, qpos, qvel (MuJoCo, flattened)"},
-        "spec": {"name": "bench", "task": task},
-    })
+    write_dataset(
+        root,
+        written,
+        {
+            "name": "bench",
+            "fps": 20,
+            "env": "Stack",
+            "robot": "Panda",
+            "cameras": [
+                {"name": name, "width": size, "height": size, "format": "jpg"} for name in CAMERAS
+            ],
+            "state": {"dim": 9, "layout": STATE_LAYOUT},
+            "action": {"dim": 7, "layout": ACTION_LAYOUT},
+            "sim_state": {"dim": 20, "layout": "time, qpos, qvel (MuJoCo, flattened)"},
+            "spec": {"name": "bench", "task": task},
+        },
+    )
     return frames
 
 
@@ -96,7 +120,9 @@ def run_loader(root: Path) -> int:
 
 def run_jpeg_ceiling(frames: list[bytes]) -> int:
     for data in frames:
-        _decode_jpeg(data, "uint8")  # the loader's own decode: the ceiling follows it when it changes
+        _decode_jpeg(
+            data, "uint8"
+        )  # the loader's own decode: the ceiling follows it when it changes
     return len(frames) // len(CAMERAS)
 
 
@@ -105,7 +131,10 @@ def run_hdf5(path: Path) -> int:
     with h5py.File(path, "r") as f:
         for demo in f["data"].values():
             images = [demo[f"obs/{camera}_image"] for camera in CAMERAS]
-            parts = [demo[f"obs/{key}"] for key in ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")]
+            parts = [
+                demo[f"obs/{key}"]
+                for key in ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
+            ]
             actions = demo["actions"]
             for t in range(demo.attrs["num_samples"]):
                 for dataset in images:
@@ -132,9 +161,15 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=100, help="steps per episode")
     parser.add_argument("--size", type=int, default=128, help="camera width and height")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall: elapsed time; cpu: this process's CPU time (steadier on a busy machine)")
-    parser.add_argument("--profile", action="store_true", help="print the loader's cProfile to stderr")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall: elapsed time; cpu: this process's CPU time (steadier on a busy machine)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="print the loader's cProfile to stderr"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)  # one core; the loader's own tensors are too small to use more
     with tempfile.TemporaryDirectory(prefix="bench_loader-") as tmp:
@@ -142,9 +177,14 @@ def main() -> None:
         frames = build_dataset(root, args.episodes, args.length, args.size)
         export_robomimic(root, hdf5)
         total = args.episodes * args.length
-        assert run_loader(root) == total and run_hdf5(hdf5) == total  # warm the page cache, check counts
-        runs = {"loader": lambda: run_loader(root), "jpeg_ceiling": lambda: run_jpeg_ceiling(frames),
-                "hdf5": lambda: run_hdf5(hdf5)}
+        assert (
+            run_loader(root) == total and run_hdf5(hdf5) == total
+        )  # warm the page cache, check counts
+        runs = {
+            "loader": lambda: run_loader(root),
+            "jpeg_ceiling": lambda: run_jpeg_ceiling(frames),
+            "hdf5": lambda: run_hdf5(hdf5),
+        }
         rates = dict.fromkeys(runs, 0.0)
         for _ in range(args.repeats):  # interleaved, and the best kept: the round least disturbed
             for name, fn in runs.items():

@@ -31,17 +31,31 @@ from factory.spec import load_spec
 from factory.train_eval import TrainEvalConfig, train_eval
 
 REPO = Path(__file__).resolve().parents[1]
-SPECS = {"lift": REPO / "scene_specs/lift_lowdim.yaml", "stack": REPO / "scene_specs/stack_lowdim.yaml"}
-TARGETS = {"lift": {"min_episodes": 200, "success_rate": 0.8}, "stack": {"min_episodes": 500, "success_rate": 0.5}}
+SPECS = {
+    "lift": REPO / "scene_specs/lift_lowdim.yaml",
+    "stack": REPO / "scene_specs/stack_lowdim.yaml",
+}
+TARGETS = {
+    "lift": {"min_episodes": 200, "success_rate": 0.8},
+    "stack": {"min_episodes": 500, "success_rate": 0.5},
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=[*sorted(SPECS), "all"], default="all")
-    parser.add_argument("--data", type=Path, help="the generated dataset of the task's low-dim spec "
-                        "(default: the spec's output dir, out/<name>); only with one --task")
-    parser.add_argument("--out", type=Path, help="write the whole result (JSON; a list with --task all) here")
-    parser.add_argument("--config", default="{}", help="TrainEvalConfig fields as JSON, e.g. '{\"steps\": 10000}'")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="the generated dataset of the task's low-dim spec "
+        "(default: the spec's output dir, out/<name>); only with one --task",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="write the whole result (JSON; a list with --task all) here"
+    )
+    parser.add_argument(
+        "--config", default="{}", help="TrainEvalConfig fields as JSON, e.g. '{\"steps\": 10000}'"
+    )
     args = parser.parse_args(argv)
     if args.data is not None and args.task == "all":
         parser.error("--data needs one --task (lift or stack)")
@@ -64,7 +78,10 @@ def compare(task: str, data: Path, config: TrainEvalConfig) -> dict:
     for arm, dataset in (("seeds_only", seeds_dir), ("generated", data)):
         print(f"[{task}] {arm}: {dataset}", file=sys.stderr, flush=True)
         report = train_eval(dataset, resolved, config, log=log)
-        arms[arm] = {**{k: v for k, v in report.items() if k != "observation"}, "observation_dim": report["observation"]["dim"]}
+        arms[arm] = {
+            **{k: v for k, v in report.items() if k != "observation"},
+            "observation_dim": report["observation"]["dim"],
+        }
     generated, baseline = arms["generated"], arms["seeds_only"]
     target = TARGETS[task]
     return {
@@ -73,8 +90,12 @@ def compare(task: str, data: Path, config: TrainEvalConfig) -> dict:
         "spec": str(spec_path),
         "seed_demos": seeds["sources"],
         "config": config.model_dump(),
-        "same_eval_seeds": [r["seed"] for r in generated["per_rollout"]] == [r["seed"] for r in baseline["per_rollout"]],
-        "success_rate": {"seeds_only": baseline["success_rate"], "generated": generated["success_rate"]},
+        "same_eval_seeds": [r["seed"] for r in generated["per_rollout"]]
+        == [r["seed"] for r in baseline["per_rollout"]],
+        "success_rate": {
+            "seeds_only": baseline["success_rate"],
+            "generated": generated["success_rate"],
+        },
         "gain": round((generated["success_rate"] or 0) - (baseline["success_rate"] or 0), 4),
         "target": target,
         "meets_target": generated["episodes"] >= target["min_episodes"]
@@ -87,19 +108,34 @@ def compare(task: str, data: Path, config: TrainEvalConfig) -> dict:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     config = TrainEvalConfig(**json.loads(args.config))
-    command = " ".join([".venv/bin/python", "benchmarks/bench_policy.py", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(
+        [
+            ".venv/bin/python",
+            "benchmarks/bench_policy.py",
+            *(sys.argv[1:] if argv is None else argv),
+        ]
+    )
     results = []
     for task in sorted(SPECS) if args.task == "all" else [args.task]:
         data = args.data or load_spec(SPECS[task]).output_dir()
         if not (data / "manifest.json").is_file():
             make = f".venv/bin/factory run {SPECS[task].relative_to(REPO)} --out {data}"
-            print(json.dumps({"benchmark": "policy_from_generated_data", "task": task,
-                              "skipped": f"no dataset at {data}; make it with: {make}"}))
+            print(
+                json.dumps(
+                    {
+                        "benchmark": "policy_from_generated_data",
+                        "task": task,
+                        "skipped": f"no dataset at {data}; make it with: {make}",
+                    }
+                )
+            )
             continue
         result = {**compare(task, data, config), "command": command}
         results.append(result)
-        short = {arm: {k: v for k, v in r.items() if k not in ("per_rollout", "loss_curve", "config")}
-                 for arm, r in result["arms"].items()}
+        short = {
+            arm: {k: v for k, v in r.items() if k not in ("per_rollout", "loss_curve", "config")}
+            for arm, r in result["arms"].items()
+        }
         print(json.dumps({**result, "arms": short}))  # per-rollout details: in --out
     if args.out is not None:
         whole = results[0] if args.task != "all" and results else results

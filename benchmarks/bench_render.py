@@ -46,8 +46,12 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--depth", action="store_true")
-    parser.add_argument("--segmentation", default="none", choices=["none", "geom", "body", "object"])
-    parser.add_argument("--scene-file", default=None, help="a saved scene (benchmarks/scene_file.py)")
+    parser.add_argument(
+        "--segmentation", default="none", choices=["none", "geom", "body", "object"]
+    )
+    parser.add_argument(
+        "--scene-file", default=None, help="a saved scene (benchmarks/scene_file.py)"
+    )
     args = parser.parse_args()
     import mujoco  # after factory: importing it picks the offscreen GL backend
 
@@ -60,12 +64,19 @@ def main() -> None:
         resolved = resolve_spec(spec)
         scene, states = resolved.scene, resolved.demos[0].demo.states
     states = states[: args.frames]
-    cam = CameraSpec(name=args.camera, width=args.size, height=args.size, depth=args.depth,
-                     segmentation=args.segmentation)
+    cam = CameraSpec(
+        name=args.camera,
+        width=args.size,
+        height=args.size,
+        depth=args.depth,
+        segmentation=args.segmentation,
+    )
     factory = FrameRenderer(scene, [cam], spec.render)
     threaded = FrameRenderer(scene, [cam], spec.render, encode_threads=1)
     bare = mujoco.Renderer(scene.model, height=args.size, width=args.size)
-    visual_only = mujoco.MjvOption()  # the same geoms as the factory draws: visual (group 1), not collision
+    visual_only = (
+        mujoco.MjvOption()
+    )  # the same geoms as the factory draws: visual (group 1), not collision
     visual_only.geomgroup[0], visual_only.geomgroup[1] = 0, 1
 
     def bare_render(state, reflections=spec.render.reflections, shadows=spec.render.shadows):
@@ -84,8 +95,12 @@ def main() -> None:
     bare_render(states[0])
     methods = {
         "factory_render_fps": lambda: _fps(factory_render, states),
-        "factory_render_encode_inline_fps": lambda: len(states) / _time(lambda: factory.render_frames(states)),
-        "factory_render_encode_thread_fps": lambda: len(states) / _time(lambda: threaded.render_frames(states)),
+        "factory_render_encode_inline_fps": lambda: (
+            len(states) / _time(lambda: factory.render_frames(states))
+        ),
+        "factory_render_encode_thread_fps": lambda: (
+            len(states) / _time(lambda: threaded.render_frames(states))
+        ),
         "bare_renderer_fps": lambda: _fps(bare_render, states),
         "bare_robosuite_defaults_fps": lambda: _fps(lambda s: bare_render(s, True, True), states),
     }

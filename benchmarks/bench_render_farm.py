@@ -80,7 +80,12 @@ def _run(args, n: int) -> dict:
         p.join()
     frames = sum(f for f, _ in done)
     wall = max(s for _, s in done)
-    return {"processes": n, "frames": frames, "wall_s": round(wall, 2), "fps": round(frames / wall, 1)}
+    return {
+        "processes": n,
+        "frames": frames,
+        "wall_s": round(wall, 2),
+        "fps": round(frames / wall, 1),
+    }
 
 
 def _gl_vendor(args) -> dict:
@@ -93,7 +98,10 @@ def _gl_vendor(args) -> dict:
         from OpenGL import GL
 
         r._gl_context.make_current()
-        return {"gl_vendor": GL.glGetString(GL.GL_VENDOR).decode(), "gl_renderer": GL.glGetString(GL.GL_RENDERER).decode()}
+        return {
+            "gl_vendor": GL.glGetString(GL.GL_VENDOR).decode(),
+            "gl_renderer": GL.glGetString(GL.GL_RENDERER).decode(),
+        }
     except Exception as exc:  # noqa: BLE001 - informational only
         return {"gl_vendor": f"unknown ({type(exc).__name__})"}
     finally:
@@ -109,26 +117,32 @@ def main() -> None:
     parser.add_argument("--cameras", type=int, default=2)
     parser.add_argument("--frames", type=int, default=150)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--render-only", action="store_true", help="leave out the JPEG encoding (on the CPU)")
+    parser.add_argument(
+        "--render-only", action="store_true", help="leave out the JPEG encoding (on the CPU)"
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.processes.split(",")]
     runs = [_run(args, n) for n in counts]
     base = runs[0]["fps"] / runs[0]["processes"]
     for run in runs:
         run["scaling"] = round(run["fps"] / base, 2)
-    print(json.dumps({
-        "benchmark": "render_farm",
-        "scene": args.scene_file or args.spec,
-        "size": args.size,
-        "cameras": args.cameras,
-        "render_only": args.render_only,
-        "mujoco_gl": os.environ.get("MUJOCO_GL", "egl"),
-        **_gl_vendor(args),
-        "cpus": os.cpu_count(),
-        "cpu": platform.processor() or platform.machine(),
-        "load_average_1min": round(os.getloadavg()[0], 2),
-        "runs": runs,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "render_farm",
+                "scene": args.scene_file or args.spec,
+                "size": args.size,
+                "cameras": args.cameras,
+                "render_only": args.render_only,
+                "mujoco_gl": os.environ.get("MUJOCO_GL", "egl"),
+                **_gl_vendor(args),
+                "cpus": os.cpu_count(),
+                "cpu": platform.processor() or platform.machine(),
+                "load_average_1min": round(os.getloadavg()[0], 2),
+                "runs": runs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

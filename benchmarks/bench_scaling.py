@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import os
 
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before ray is imported: a loopback-only local cluster
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = (
+    "0"  # before ray is imported: a loopback-only local cluster
+)
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import argparse  # noqa: E402
@@ -84,8 +86,18 @@ def run_loop(spec_path: Path, out: Path) -> tuple[float, float]:
 
 def run_cli(spec_path: Path, out: Path, workers: int) -> tuple[float, float]:
     """`factory run`; (wall seconds, CPU seconds of it and every process under it)."""
-    return run_measured([str(Path(sys.executable).parent / "factory"), "run", str(spec_path), "--out", str(out),
-                         "--workers", str(workers), "--no-progress"])
+    return run_measured(
+        [
+            str(Path(sys.executable).parent / "factory"),
+            "run",
+            str(spec_path),
+            "--out",
+            str(out),
+            "--workers",
+            str(workers),
+            "--no-progress",
+        ]
+    )
 
 
 def run_in_cluster(resolved, out: Path, workers: int) -> dict:
@@ -110,13 +122,23 @@ def run_in_cluster(resolved, out: Path, workers: int) -> dict:
 
     tasks = plan_shards(resolved.spec)
     start, cpu = time.perf_counter(), time.process_time()
-    run_shards(resolved.spec, resolved.demos, tasks, out, ClusterConfig(workers=workers),
-               on_result=on_result, on_workers=on_workers)
+    run_shards(
+        resolved.spec,
+        resolved.demos,
+        tasks,
+        out,
+        ClusterConfig(workers=workers),
+        on_result=on_result,
+        on_workers=on_workers,
+    )
     recorder.commit()
     driver_cpu_s = time.process_time() - cpu  # every thread of this process: Ray's included
     recorder.finish(time.perf_counter() - start)
-    return {"wall_s": times["last"] - start, "steady_s": times["last"] - times["ready"],
-            "driver_cpu_ms_per_shard": 1000 * driver_cpu_s / len(tasks)}
+    return {
+        "wall_s": times["last"] - start,
+        "steady_s": times["last"] - times["ready"],
+        "driver_cpu_ms_per_shard": 1000 * driver_cpu_s / len(tasks),
+    }
 
 
 def summary(out: Path) -> dict:
@@ -138,7 +160,9 @@ def commit_time_at(shards: int, spec_path: Path, dataset: Path, out: Path) -> fl
     results = []
     for i in range(shards):
         r = real[i % len(real)]
-        task = ShardTask(i, tuple(range(i * len(r.task.attempt_ids), (i + 1) * len(r.task.attempt_ids))))
+        task = ShardTask(
+            i, tuple(range(i * len(r.task.attempt_ids), (i + 1) * len(r.task.attempt_ids)))
+        )
         info = dataclasses.replace(r.info, name=task.name)
         results.append(dataclasses.replace(r, task=task, info=info))
     out.mkdir(parents=True)
@@ -150,10 +174,16 @@ def commit_time_at(shards: int, spec_path: Path, dataset: Path, out: Path) -> fl
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--attempts", type=int, default=100, help="for the overhead runs (loop, CLI)")
+    parser.add_argument(
+        "--attempts", type=int, default=100, help="for the overhead runs (loop, CLI)"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="loop/CLI pairs, interleaved")
-    parser.add_argument("--scaling-attempts", type=int, default=40, help="for the 1- and 2-worker runs")
-    parser.add_argument("--keep", action="store_true", help="keep the datasets written (printed as `out`)")
+    parser.add_argument(
+        "--scaling-attempts", type=int, default=40, help="for the 1- and 2-worker runs"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the datasets written (printed as `out`)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_scaling_"))
     spec_path = write_spec(work / "lift_overhead.yaml", args.attempts, 2)
@@ -161,14 +191,23 @@ def main() -> None:
     load_before = os.getloadavg()[0]
 
     rounds = []
-    for r in range(args.rounds):  # loop, CLI | CLI, loop | ...: a steady drift falls on both arms alike
+    for r in range(
+        args.rounds
+    ):  # loop, CLI | CLI, loop | ...: a steady drift falls on both arms alike
         if r % 2 == 0:
             loop_s, loop_cpu = run_loop(spec_path, work / f"loop_{r}")
         cli_s, cli_cpu = run_cli(spec_path, work / f"cli_{r}", workers=1)
         if r % 2 == 1:
             loop_s, loop_cpu = run_loop(spec_path, work / f"loop_{r}")
-        rounds.append({"loop_s": loop_s, "cli_s": cli_s, "loop_cpu_s": loop_cpu, "cli_cpu_s": cli_cpu,
-                       "load_average": round(os.getloadavg()[0], 2)})
+        rounds.append(
+            {
+                "loop_s": loop_s,
+                "cli_s": cli_s,
+                "loop_cpu_s": loop_cpu,
+                "cli_cpu_s": cli_cpu,
+                "load_average": round(os.getloadavg()[0], 2),
+            }
+        )
 
     import ray
 
@@ -189,13 +228,19 @@ def main() -> None:
     loops = [summary(work / f"loop_{r}") for r in range(args.rounds)]
     clis = [summary(work / f"cli_{r}") for r in range(args.rounds)]
     r1, r2 = summary(work / "workers_1"), summary(work / "workers_2")
-    pairs = [(work / "loop_0", work / f"{arm}_{r}", "overhead") for r in range(args.rounds) for arm in ("loop", "cli")]
+    pairs = [
+        (work / "loop_0", work / f"{arm}_{r}", "overhead")
+        for r in range(args.rounds)
+        for arm in ("loop", "cli")
+    ]
     for a, b, what in [*pairs, (work / "workers_1", work / "workers_2", "scaling")]:
         same = (a / "manifest.json").read_text() == (b / "manifest.json").read_text()
         assert same, f"the {what} runs must write the same shards"
     loop = loops[0]
     episodes, steps = loop["episodes"], loop["steps"]
-    total = {key: sum(r[key] for r in rounds) for key in ("loop_s", "cli_s", "loop_cpu_s", "cli_cpu_s")}
+    total = {
+        key: sum(r[key] for r in rounds) for key in ("loop_s", "cli_s", "loop_cpu_s", "cli_cpu_s")
+    }
     per_min = lambda n, seconds, cores=1: round(n * 60.0 / seconds / cores, 2)  # noqa: E731
     report = {
         "benchmark": "scaling",
@@ -203,23 +248,37 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "overhead": {
-            "attempts": args.attempts, "rounds": args.rounds, "episodes": episodes,
+            "attempts": args.attempts,
+            "rounds": args.rounds,
+            "episodes": episodes,
             "success_rate": loop["success_rate"],
-            "episodes_per_core_minute": {"loop": per_min(episodes * args.rounds, total["loop_s"]),
-                                         "cli_1_worker": per_min(episodes * args.rounds, total["cli_s"])},
+            "episodes_per_core_minute": {
+                "loop": per_min(episodes * args.rounds, total["loop_s"]),
+                "cli_1_worker": per_min(episodes * args.rounds, total["cli_s"]),
+            },
             "overhead_ratio": round(total["loop_s"] / total["cli_s"], 3),
             "cpu_ratio": round(total["loop_cpu_s"] / total["cli_cpu_s"], 3),
-            "per_round": [{**{k: round(v, 2) for k, v in r.items()}, "ratio": round(r["loop_s"] / r["cli_s"], 3)}
-                          for r in rounds],
+            "per_round": [
+                {
+                    **{k: round(v, 2) for k, v in r.items()},
+                    "ratio": round(r["loop_s"] / r["cli_s"], 3),
+                }
+                for r in rounds
+            ],
             "ray_fixed_s_per_run": round((total["cli_s"] - total["loop_s"]) / args.rounds, 2),
-            "overhead_in_actor": round(sum(x["shard_work_s"] for x in loops) / sum(x["shard_work_s"] for x in clis), 3),
+            "overhead_in_actor": round(
+                sum(x["shard_work_s"] for x in loops) / sum(x["shard_work_s"] for x in clis), 3
+            ),
         },
         "scaling": {
-            "attempts": args.scaling_attempts, "episodes": r1["episodes"],
+            "attempts": args.scaling_attempts,
+            "episodes": r1["episodes"],
             "workers_1": {k: round(v, 2) for k, v in w1.items()},
             "workers_2": {k: round(v, 2) for k, v in w2.items()},
-            "episodes_per_core_minute": {"workers_1": per_min(r1["episodes"], w1["steady_s"]),
-                                         "workers_2": per_min(r2["episodes"], w2["steady_s"], cores=2)},
+            "episodes_per_core_minute": {
+                "workers_1": per_min(r1["episodes"], w1["steady_s"]),
+                "workers_2": per_min(r2["episodes"], w2["steady_s"], cores=2),
+            },
             "scaling_2_vs_1": round(w1["steady_s"] / w2["steady_s"], 3),
             "scaling_2_vs_1_wall": round(w1["wall_s"] / w2["wall_s"], 3),
         },
@@ -229,7 +288,9 @@ def main() -> None:
         "driver": {
             "empty_shards_per_s_2_workers": round(300 / bound["steady_s"], 1),
             "cpu_ms_per_empty_shard": round(bound["driver_cpu_ms_per_shard"], 2),
-            "commit_s_at_10000_shards": round(commit_time_at(10_000, spec_path, work / "loop_0", work / "commit"), 3),
+            "commit_s_at_10000_shards": round(
+                commit_time_at(10_000, spec_path, work / "loop_0", work / "commit"), 3
+            ),
         },
     }
     if args.keep:

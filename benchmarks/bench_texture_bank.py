@@ -61,15 +61,23 @@ def main() -> None:
         model = make_random_pipeline(root / f"{args.arch}-sd", args.arch)
         build_s = time.perf_counter() - t0
         bank = TextureBankSpec(
-            model=str(model), prompts=["a wooden table top"], per_prompt=args.images,
-            steps=args.steps, size=args.size, device=args.device,
+            model=str(model),
+            prompts=["a wooden table top"],
+            per_prompt=args.images,
+            steps=args.steps,
+            size=args.size,
+            device=args.device,
         )
         t0 = time.perf_counter()
         pipe = tb.load_texture_pipeline(str(model), args.device)
         load_s = time.perf_counter() - t0
-        params = {name: sum(p.numel() for p in getattr(pipe, name).parameters())
-                  for name in ("unet", "vae", "text_encoder")}
-        tb.render_texture(pipe, bank.prompts[0], tb.image_seed(1, 0, 999), bank)  # warm-up (kernels, caches)
+        params = {
+            name: sum(p.numel() for p in getattr(pipe, name).parameters())
+            for name in ("unet", "vae", "text_encoder")
+        }
+        tb.render_texture(
+            pipe, bank.prompts[0], tb.image_seed(1, 0, 999), bank
+        )  # warm-up (kernels, caches)
 
         t0 = time.perf_counter()
         for j in range(args.images):
@@ -85,25 +93,29 @@ def main() -> None:
         tb.ensure_texture_bank(bank, root / "b", progress=False)
         reuse_s = time.perf_counter() - t0
 
-    print(json.dumps({
-        "benchmark": "texture_bank",
-        "device": tb.resolve_device(args.device),
-        "arch": args.arch,
-        "parameters": params,
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "threads": args.threads,
-        "images": args.images,
-        "size": args.size,
-        "steps": args.steps,
-        "build_and_save_s": round(build_s, 1),
-        "load_s": round(load_s, 3),
-        "render_s_per_image": round(render_s / args.images, 3),
-        "images_per_s": round(args.images / fill_s, 2),
-        "render_images_per_s": round(args.images / render_s, 2),
-        "reuse_s": round(reuse_s, 3),
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "texture_bank",
+                "device": tb.resolve_device(args.device),
+                "arch": args.arch,
+                "parameters": params,
+                "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                "threads": args.threads,
+                "images": args.images,
+                "size": args.size,
+                "steps": args.steps,
+                "build_and_save_s": round(build_s, 1),
+                "load_s": round(load_s, 3),
+                "render_s_per_image": round(render_s / args.images, 3),
+                "images_per_s": round(args.images / fill_s, 2),
+                "render_images_per_s": round(args.images / render_s, 2),
+                "reuse_s": round(reuse_s, 3),
+                "cpu": platform.processor() or platform.machine(),
+                "cpu_count": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,11 @@ def export_scene_file(spec_path: str, out: Path) -> Path:
         blob = np.frombuffer(mjb.read_bytes(), dtype=np.uint8)
     names = list(scene.bodies)
     np.savez_compressed(
-        out, mjb=blob, states=np.asarray(resolved.demos[0].demo.states, dtype=np.float64),
-        body_names=np.array(names), body_ids=np.array([scene.bodies[n] for n in names], dtype=np.int64),
+        out,
+        mjb=blob,
+        states=np.asarray(resolved.demos[0].demo.states, dtype=np.float64),
+        body_names=np.array(names),
+        body_ids=np.array([scene.bodies[n] for n in names], dtype=np.int64),
     )
     return out
 

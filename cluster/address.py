@@ -1,6 +1,6 @@
 """`--address` checked before Ray is asked: Ray's own connect retries for minutes when nothing is there.
 
-    factory run SPEC --address 10.0.0.5:6379   # nothing listening: one line within PROBE_TIMEOUT_S
+factory run SPEC --address 10.0.0.5:6379   # nothing listening: one line within PROBE_TIMEOUT_S
 """
 
 from __future__ import annotations
@@ -19,10 +19,14 @@ def probe_address(address: str, flag: str) -> None:
     if address == "auto" or "://" in address or not sep or not port.isdigit():
         return  # "auto", ray:// clients: Ray's own lookup, which fails fast
     try:
-        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=PROBE_TIMEOUT_S).close()
+        socket.create_connection(
+            (host.strip("[]") or "127.0.0.1", int(port)), timeout=PROBE_TIMEOUT_S
+        ).close()
     except OSError as err:
         why = err.strerror or type(err).__name__
-        raise UserError(f"{flag} {address}: no Ray cluster answers there ({why}); {START_HINT}") from None
+        raise UserError(
+            f"{flag} {address}: no Ray cluster answers there ({why}); {START_HINT}"
+        ) from None
 
 
 def first_line(err: BaseException) -> str:

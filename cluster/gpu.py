@@ -26,7 +26,9 @@ class GpuRenderError(UserError):
     """A GPU Ray assigned that EGL cannot render on (a MIG slice, an unknown UUID)."""
 
 
-def egl_device_for(gpu_ids: Sequence[str | int], physical_uuids: Sequence[str] | None = None) -> int | None:
+def egl_device_for(
+    gpu_ids: Sequence[str | int], physical_uuids: Sequence[str] | None = None
+) -> int | None:
     """The EGL device index for the first GPU in `gpu_ids` (as `ray.get_gpu_ids()` returns them).
 
     None when no GPU was assigned. `physical_uuids` is the machine's GPU UUIDs in PCI order,
@@ -47,10 +49,14 @@ def egl_device_for(gpu_ids: Sequence[str | int], physical_uuids: Sequence[str] |
     for index, uuid in enumerate(physical_uuids):
         if uuid.strip() == first:
             return index
-    raise GpuRenderError(f"Ray assigned GPU {first}, which is not among this machine's GPUs {list(physical_uuids)}")
+    raise GpuRenderError(
+        f"Ray assigned GPU {first}, which is not among this machine's GPUs {list(physical_uuids)}"
+    )
 
 
-def gpu_render_env(gpu_ids: Sequence[str | int], physical_uuids: Sequence[str] | None = None) -> dict[str, str]:
+def gpu_render_env(
+    gpu_ids: Sequence[str | int], physical_uuids: Sequence[str] | None = None
+) -> dict[str, str]:
     """Environment variables that make MuJoCo render on the assigned GPU ({} when none)."""
     device = egl_device_for(gpu_ids, physical_uuids)
     if device is None:
@@ -63,7 +69,10 @@ def physical_gpu_uuids() -> list[str]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
-            capture_output=True, text=True, check=True, timeout=30,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
         )
     except (OSError, subprocess.SubprocessError) as err:
         raise GpuRenderError(f"cannot list this machine's GPUs with nvidia-smi ({err})") from None
@@ -84,7 +93,9 @@ def apply_gpu_render_env(gpu_ids: Sequence[str | int]) -> dict[str, str]:
 
 
 GPU_WAIT_ENV = "DEMOFACTORY_GPU_WAIT_S"
-GPU_WAIT_S = 600.0  # how long workers asking for GPUs may wait for a GPU node to join a remote cluster
+GPU_WAIT_S = (
+    600.0  # how long workers asking for GPUs may wait for a GPU node to join a remote cluster
+)
 
 
 def gpu_wait_s() -> float:
@@ -92,4 +103,6 @@ def gpu_wait_s() -> float:
     try:
         return max(0.0, float(os.environ.get(GPU_WAIT_ENV, GPU_WAIT_S)))
     except ValueError:
-        raise UserError(f"${GPU_WAIT_ENV}: expected a number of seconds, got {os.environ[GPU_WAIT_ENV]!r}") from None
+        raise UserError(
+            f"${GPU_WAIT_ENV}: expected a number of seconds, got {os.environ[GPU_WAIT_ENV]!r}"
+        ) from None

@@ -69,7 +69,9 @@ class LocalCluster:
     gpus: int = 0
     object_store_bytes: int = 200 * 1024 * 1024
     start_timeout_s: float = 90.0
-    temp_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rayl", dir="/tmp")))
+    temp_dir: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="rayl", dir="/tmp"))
+    )
     port: int = field(default_factory=free_port)
     nodes: list[subprocess.Popen] = field(default_factory=list)
 
@@ -90,21 +92,42 @@ class LocalCluster:
     def _start_node(self, index: int, cpus: int) -> None:
         log = self.temp_dir / f"node{index}.log"
         args = [
-            f"--num-cpus={cpus}", f"--num-gpus={self.gpus}", "--block", "--disable-usage-stats",
-            f"--object-store-memory={self.object_store_bytes}", "--min-worker-port=0", "--max-worker-port=0",
+            f"--num-cpus={cpus}",
+            f"--num-gpus={self.gpus}",
+            "--block",
+            "--disable-usage-stats",
+            f"--object-store-memory={self.object_store_bytes}",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
             # Every port chosen here: the defaults (52365, 10001, ...) clash with other clusters on the machine.
-            *(f"--{name}={free_port()}" for name in (
-                "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
-                "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")),
+            *(
+                f"--{name}={free_port()}"
+                for name in (
+                    "node-manager-port",
+                    "object-manager-port",
+                    "dashboard-agent-listen-port",
+                    "dashboard-agent-grpc-port",
+                    "metrics-export-port",
+                    "runtime-env-agent-port",
+                )
+            ),
         ]
         if index == 0:
-            args += ["--head", f"--port={self.port}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"]
+            args += [
+                "--head",
+                f"--port={self.port}",
+                "--include-dashboard=false",
+                f"--temp-dir={self.temp_dir}",
+            ]
         else:
             args += [f"--address={self.address}"]
         with open(log, "w") as out:
             node = subprocess.Popen(
-                [sys.executable, "-c", _LOOPBACK_NODE, *args], stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, env=driver_env() | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"},
+                [sys.executable, "-c", _LOOPBACK_NODE, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=driver_env() | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"},
             )
         self.nodes.append(node)
         deadline = time.monotonic() + self.start_timeout_s
@@ -122,7 +145,13 @@ class LocalCluster:
             if node.poll() is None:
                 for pid in descendants(node.pid):
                     try:
-                        found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                        found[pid] = (
+                            (Path("/proc") / str(pid) / "cmdline")
+                            .read_bytes()
+                            .replace(b"\0", b" ")
+                            .decode()
+                            .strip()
+                        )
                     except OSError:
                         continue  # exited meanwhile
         return found
@@ -132,7 +161,12 @@ class LocalCluster:
 
         Returns the PIDs that had to be SIGKILLed (none when Ray stopped cleanly).
         """
-        ours = {pid: t for node in self.nodes if node.poll() is None for pid, t in descendants(node.pid).items()}
+        ours = {
+            pid: t
+            for node in self.nodes
+            if node.poll() is None
+            for pid, t in descendants(node.pid).items()
+        }
         for node in reversed(self.nodes):
             if node.poll() is None:
                 node.send_signal(signal.SIGTERM)
@@ -144,7 +178,9 @@ class LocalCluster:
                 node.kill()
                 node.wait()
         while ours and time.monotonic() < deadline:
-            ours = {pid: t for pid, t in ours.items() if start_time(pid) == t}  # same process, still there
+            ours = {
+                pid: t for pid, t in ours.items() if start_time(pid) == t
+            }  # same process, still there
             time.sleep(0.2)
         for pid in ours:
             try:
@@ -169,8 +205,11 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=1, help="CPUs per node")
     args = parser.parse_args()
     with LocalCluster(cpus=(args.cpus,) * args.nodes) as cluster:
-        print(f"{args.nodes} nodes up; driver: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 factory run SPEC --address "
-              f"{cluster.address} (logs: {cluster.temp_dir}); Ctrl-C stops", flush=True)
+        print(
+            f"{args.nodes} nodes up; driver: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 factory run SPEC --address "
+            f"{cluster.address} (logs: {cluster.temp_dir}); Ctrl-C stops",
+            flush=True,
+        )
         try:
             signal.pause()
         except KeyboardInterrupt:

@@ -26,7 +26,9 @@ _SCAN_S = 1.0  # while the cluster starts (agents, workers appear)
 _SCAN_LATER_S = 3.0  # after _SETTLED_S: new processes are rare then (a replacement worker)
 _SETTLED_S = 10.0
 _GRACE_S = 5.0
-_reapers: list[subprocess.Popen] = []  # kept referenced: a reaper's stdin closes when its driver ends
+_reapers: list[
+    subprocess.Popen
+] = []  # kept referenced: a reaper's stdin closes when its driver ends
 
 
 def children(pid: int) -> dict[int, int]:
@@ -38,7 +40,10 @@ def watch_local_cluster(roots: dict[int, int]) -> subprocess.Popen:
     """Start a reaper for `roots` (pid -> start time) and their descendants; stop it with `release`."""
     reaper = subprocess.Popen(
         [sys.executable, "-m", "cluster.reaper", *(f"{pid}:{t}" for pid, t in roots.items())],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     _reapers.append(reaper)
     return reaper

@@ -66,10 +66,16 @@ logging.getLogger("ray._private.authentication.authentication_token_setup").addF
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    workers: int | None  # actors, one CPU each; None: one per CPU the cluster has when the run starts
-    address: str | None = None  # an existing cluster ("auto", "10.0.0.1:6379", ...); None: start one
+    workers: (
+        int | None
+    )  # actors, one CPU each; None: one per CPU the cluster has when the run starts
+    address: str | None = (
+        None  # an existing cluster ("auto", "10.0.0.1:6379", ...); None: start one
+    )
     max_shard_retries: int = 3  # times one shard may lose its worker before the run gives up
-    gpus_per_worker: float = 0.0  # GPUs per actor (fractions share a GPU); > 0: MuJoCo renders with EGL on it
+    gpus_per_worker: float = (
+        0.0  # GPUs per actor (fractions share a GPU); > 0: MuJoCo renders with EGL on it
+    )
 
 
 class ClusterError(UserError):
@@ -106,7 +112,12 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
         if address:
             env_vars = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
             runtime_env = {"env_vars": env_vars} if env_vars else None
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+            ray.init(
+                address=address,
+                runtime_env=runtime_env,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
             return None
         before = children(os.getpid())
         # No runtime_env here: the local workers inherit this process's environment, and a job
@@ -118,14 +129,17 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
             logging_level=logging.WARNING,  # no "Started a local Ray instance" lines above the bar
         )
     except ConnectionError as err:
-        raise UserError(f"{flag} {address}: cannot connect to a Ray cluster ({first_line(err)}); "
-                        f"{START_HINT}") from None
+        raise UserError(
+            f"{flag} {address}: cannot connect to a Ray cluster ({first_line(err)}); {START_HINT}"
+        ) from None
     finally:
         # ray.init makes SIGTERM a bare sys.exit, which aborts the driver mid-teardown (exit 134);
         # the caller's handler (the CLI's: a clean "interrupted") stays in charge.
         if sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, sigterm)
-    started = {pid: t for pid, t in children(os.getpid()).items() if before.get(pid) != t}  # gcs, raylet, ...
+    started = {
+        pid: t for pid, t in children(os.getpid()).items() if before.get(pid) != t
+    }  # gcs, raylet, ...
     return watch_local_cluster(started)
 
 
@@ -139,7 +153,9 @@ class _ShardActor:
 
     def __init__(self, spec: SceneSpec):
         context = ray.get_runtime_context()
-        self.info = WorkerInfo(context.get_node_id(), os.getpid(), tuple(str(g) for g in ray.get_gpu_ids()))
+        self.info = WorkerInfo(
+            context.get_node_id(), os.getpid(), tuple(str(g) for g in ray.get_gpu_ids())
+        )
         apply_gpu_render_env(self.info.gpus)  # before this process creates its first renderer
         from factory.mujoco_log import route_mujoco_warnings
         from factory.pipeline import ShardWorker  # imports mujoco (and so fixes MUJOCO_GL)
@@ -154,7 +170,9 @@ class _ShardActor:
         self.worker.demos = list(demos)
 
     def run_shard(self, task: ShardTask, out_dir: str, progress) -> ShardResult:
-        result = self.worker.run_shard(task, Path(out_dir), on_attempt=_Reporter(progress, task.index))
+        result = self.worker.run_shard(
+            task, Path(out_dir), on_attempt=_Reporter(progress, task.index)
+        )
         return dataclasses.replace(result, node=self.info.node)
 
 
@@ -215,7 +233,9 @@ class ShardCluster:
     def __init__(self, spec: SceneSpec, out_dir: Path, config: ClusterConfig, max_workers: int):
         self.reaper = connect(config)
         try:
-            self.dispatcher = _Dispatcher(spec, out_dir, config, max_workers, local=self.reaper is not None)
+            self.dispatcher = _Dispatcher(
+                spec, out_dir, config, max_workers, local=self.reaper is not None
+            )
         except BaseException:
             self._disconnect()
             raise
@@ -234,7 +254,9 @@ class ShardCluster:
         `on_attempt(shard index, success)` per attempt, `on_workers(n)` when the number of live
         workers changes, `on_warning(line)` when a worker dies and its shard is redone. Once
         `should_stop()` is true no new shard starts (running ones finish)."""
-        self.dispatcher.run(demos, tasks, on_result, on_attempt, should_stop, on_workers, on_warning)
+        self.dispatcher.run(
+            demos, tasks, on_result, on_attempt, should_stop, on_workers, on_warning
+        )
 
     def close(self) -> None:
         try:
@@ -284,7 +306,9 @@ class _Worker:
 
 
 class _Dispatcher:
-    def __init__(self, spec, out_dir: Path, config: ClusterConfig, max_workers: int, local: bool = False):
+    def __init__(
+        self, spec, out_dir: Path, config: ClusterConfig, max_workers: int, local: bool = False
+    ):
         self.config = config
         self.on_result: Callable = lambda result: None
         self.on_attempt: Callable | None = None
@@ -295,19 +319,23 @@ class _Dispatcher:
         self.out_dir = str(Path(out_dir).resolve())
         options = {"num_cpus": 1, "max_restarts": 0}
         self.early_warnings: list[str] = []  # said once `run` has somewhere to say them
-        self.gpu_deadline: float | None = None  # give up if no worker has started by then (no GPU joined)
+        self.gpu_deadline: float | None = (
+            None  # give up if no worker has started by then (no GPU joined)
+        )
         if config.gpus_per_worker > 0:
             options["num_gpus"] = config.gpus_per_worker
             if not cluster.get("GPU"):
                 if local:  # nothing will ever join a cluster this process started: the workers would wait forever
                     raise ClusterError(
                         f"render.gpus_per_worker is {config.gpus_per_worker}, and this machine has no GPU Ray can use; "
-                        "set it to 0 (CPU rendering) or join a GPU cluster with --address")
+                        "set it to 0 (CPU rendering) or join a GPU cluster with --address"
+                    )
                 wait_s = gpu_wait_s()
                 self.gpu_deadline = time.monotonic() + wait_s
                 self.early_warnings.append(
                     f"{config.gpus_per_worker} GPU per worker asked, and the cluster has no GPU (yet): "
-                    f"the workers start once GPU nodes join; giving up after {wait_s:.0f} s (${GPU_WAIT_ENV})")
+                    f"the workers start once GPU nodes join; giving up after {wait_s:.0f} s (${GPU_WAIT_ENV})"
+                )
         self.actor_class = ray.remote(**options)(_ShardActor)
         self.spec_ref = ray.put(spec)
         self.demos_ref = None  # set by run()
@@ -324,8 +352,16 @@ class _Dispatcher:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         self.progress = ray.remote(num_cpus=0, scheduling_strategy=here)(_Progress).remote()
 
-    def run(self, demos, tasks: Iterable[ShardTask], on_result, on_attempt, should_stop: Callable[[], bool],
-            on_workers, on_warning) -> None:
+    def run(
+        self,
+        demos,
+        tasks: Iterable[ShardTask],
+        on_result,
+        on_attempt,
+        should_stop: Callable[[], bool],
+        on_workers,
+        on_warning,
+    ) -> None:
         self.on_result, self.on_attempt = on_result, on_attempt
         if on_workers is not None:
             self.on_workers = on_workers
@@ -334,20 +370,27 @@ class _Dispatcher:
         for line in self.early_warnings:
             self.on_warning(line)
         self.demos_ref = ray.put(list(demos))
-        for worker in self.starting.values():  # every actor is still "starting" here (run handles the events)
+        for worker in (
+            self.starting.values()
+        ):  # every actor is still "starting" here (run handles the events)
             worker.actor.set_demos.remote(self.demos_ref)
         queue = _TaskQueue(tasks)
         stopping = lambda: self.error is not None or should_stop()  # noqa: E731
         while self.running or (queue and not stopping()):
             while queue and self.idle and not stopping():
                 worker, task = self.idle.pop(), queue.popleft()
-                self.running[worker.actor.run_shard.remote(task, self.out_dir, self.progress)] = (worker, task)
+                self.running[worker.actor.run_shard.remote(task, self.out_dir, self.progress)] = (
+                    worker,
+                    task,
+                )
             refs = list(self.running) + list(self.starting)
             if not refs:
                 break
             ready, rest = ray.wait(refs, num_returns=1, timeout=_POLL_S)
             self._check_gpu_deadline()
-            if ready and rest:  # everything else done by now too, in one pass: many workers, one driver
+            if (
+                ready and rest
+            ):  # everything else done by now too, in one pass: many workers, one driver
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             self._drain_progress()
             for ref in ready:
@@ -367,7 +410,8 @@ class _Dispatcher:
             raise ClusterError(
                 f"no worker could start within {gpu_wait_s():.0f} s: each asks for {self.config.gpus_per_worker} GPU "
                 f"(render.gpus_per_worker) and no GPU node joined the cluster; add GPU nodes, set it to 0, "
-                f"or wait longer with ${GPU_WAIT_ENV}")
+                f"or wait longer with ${GPU_WAIT_ENV}"
+            )
 
     def _start_worker(self) -> None:
         actor = self.actor_class.remote(self.spec_ref)
@@ -382,11 +426,19 @@ class _Dispatcher:
             if err.actor_init_failed:
                 self._fail(ClusterError(f"a worker failed to start: {_raised(err)}"))
                 return
-            self.lost_while_starting += 1  # e.g. its node went away; bounded so that a crash loop ends
+            self.lost_while_starting += (
+                1  # e.g. its node went away; bounded so that a crash loop ends
+            )
             if self.lost_while_starting > self.config.max_shard_retries * self.workers:
-                self._fail(ClusterError(f"{self.lost_while_starting} workers died while starting; last: {_death_reason(err)}"))
+                self._fail(
+                    ClusterError(
+                        f"{self.lost_while_starting} workers died while starting; last: {_death_reason(err)}"
+                    )
+                )
             else:
-                self.on_warning(f"a worker died while starting ({_death_reason(err)}); starting another")
+                self.on_warning(
+                    f"a worker died while starting ({_death_reason(err)}); starting another"
+                )
                 self._start_worker()
             return
         self.idle.append(worker)
@@ -402,19 +454,29 @@ class _Dispatcher:
             self.idle.append(worker)
             self._fail(_shard_error(task, err, self.out_dir))
             return
-        self.on_result(result)  # its attempts were drained just before: they were queued before it returned
+        self.on_result(
+            result
+        )  # its attempts were drained just before: they were queued before it returned
         self.idle.append(worker)
 
-    def _lost(self, worker: _Worker, task: ShardTask, err: RayActorError, queue: _TaskQueue) -> None:
+    def _lost(
+        self, worker: _Worker, task: ShardTask, err: RayActorError, queue: _TaskQueue
+    ) -> None:
         ray.kill(worker.actor, no_restart=True)
         self._report_workers()
         self.deaths[task.index] += 1
         why = "its node was preempted" if getattr(err, "preempted", False) else _death_reason(err)
         if self.deaths[task.index] > self.config.max_shard_retries:
-            self._fail(ClusterError(f"{task.name}: its worker died {self.deaths[task.index]} times; giving up (last: {why})"))
+            self._fail(
+                ClusterError(
+                    f"{task.name}: its worker died {self.deaths[task.index]} times; giving up (last: {why})"
+                )
+            )
             return
         queue.appendleft(task)  # redone from scratch, on whichever worker is free first
-        self.on_warning(f"{worker.info.describe()} died during {task.name} ({why}); the shard is redone")
+        self.on_warning(
+            f"{worker.info.describe()} died during {task.name} ({why}); the shard is redone"
+        )
         self._start_worker()
 
     def _fail(self, error: BaseException) -> None:
@@ -468,7 +530,11 @@ def _death_reason(err: RayActorError) -> str:
 def _raised(err: BaseException) -> str:
     """The exception line ("GpuRenderError: ...") at the end of a remote traceback."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return re.sub(r"^(?:\w+\.)+(?=\w+(?:Error|Exception)\b)", "", lines[-1]) if lines else type(err).__name__
+    return (
+        re.sub(r"^(?:\w+\.)+(?=\w+(?:Error|Exception)\b)", "", lines[-1])
+        if lines
+        else type(err).__name__
+    )
 
 
 def _first_line(err: BaseException) -> str:

@@ -50,7 +50,9 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
     free = np.empty((count, len(scene.free_bodies), 3))
     scene.reset(demo.fixture_poses)
     if demo.fixture_poses is None and scene.has_redrawn_fixtures:
-        infer_fixture_poses(scene, demo)  # a human demo of a Door-like task: the hand tells where it was
+        infer_fixture_poses(
+            scene, demo
+        )  # a human demo of a Door-like task: the hand tells where it was
     fixtures = scene.fixture_poses()
     for t, state in enumerate(demo.states):
         scene.set_state(state)
@@ -68,19 +70,35 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
         order, ends, reasons = segment_demo(demo, holds, labels, finishing_index(spec.subtasks))
     except UserError as err:
         if demo.env_name and not spec.task.env.startswith(demo.env_name):
-            raise UserError(f"{err} (the demo was recorded in {demo.env_name}, the spec's env is {spec.task.env})") from None
+            raise UserError(
+                f"{err} (the demo was recorded in {demo.env_name}, the spec's env is {spec.task.env})"
+            ) from None
         raise
-    involved = [{scene.bodies[o] for o in (s.object, *predicates[i].all_objects())} for i, s in enumerate(spec.subtasks)]
+    involved = [
+        {scene.bodies[o] for o in (s.object, *predicates[i].all_objects())}
+        for i, s in enumerate(spec.subtasks)
+    ]
     starts = segment_starts(order, ends, involved, scene.free_bodies, free)
     return AnnotatedDemo(
-        demo=demo, eef_poses=eef, object_poses=objects, gripper=demo.actions[:, -1].astype(np.float64),
-        subtask_ends=ends, order=order, end_reasons=reasons, fixture_poses=fixtures, holds=holds,
+        demo=demo,
+        eef_poses=eef,
+        object_poses=objects,
+        gripper=demo.actions[:, -1].astype(np.float64),
+        subtask_ends=ends,
+        order=order,
+        end_reasons=reasons,
+        fixture_poses=fixtures,
+        holds=holds,
         subtask_starts=starts,
     )
 
 
 def segment_starts(
-    order: Sequence[int], ends: Sequence[int], involved: Sequence[set[int]], bodies: Sequence[int], xpos: np.ndarray
+    order: Sequence[int],
+    ends: Sequence[int],
+    involved: Sequence[set[int]],
+    bodies: Sequence[int],
+    xpos: np.ndarray,
 ) -> tuple[int, ...]:
     """Where each subtask's segment starts: at the previous end, or after the person is done with other things.
 
@@ -96,7 +114,9 @@ def segment_starts(
         for column, body in enumerate(bodies):
             if body in concern or end - start < 2:
                 continue
-            path = xpos[start:end, column, :2]  # across the table: falling or settling is not handling
+            path = xpos[
+                start:end, column, :2
+            ]  # across the table: falling or settling is not handling
             if np.linalg.norm(path - path[0], axis=1).max() > OTHER_TRAVEL:
                 moving = np.flatnonzero(np.linalg.norm(np.diff(path, axis=0), axis=1) > 1e-3)
                 start = max(start, min(start + int(moving[-1]) + 1, end - 1))
@@ -139,7 +159,9 @@ def segment_demo(
     while pending:
         happen = {i: int(r[r > start][0]) for i in pending if (r := runs[i])[r > start].size}
         if not happen and len(pending) == 1 and finishing is None and holds[-1, pending[0]]:
-            happen = {pending[0]: demo.length}  # the last one: held all along and at the end, it runs to the end
+            happen = {
+                pending[0]: demo.length
+            }  # the last one: held all along and at the end, it runs to the end
         if not happen:
             _never(demo, pending[0], labels[pending[0]], start)
         chosen = min(pending, key=lambda i: (happen.get(i, demo.length + 1), i))
@@ -159,10 +181,16 @@ def segment_demo(
     for position, index in enumerate(order):
         if position == len(order) - 1:
             after = firsts[-1] if firsts else 0
-            done = runs[index][runs[index] > after] if index == finishing else np.array([], dtype=int)
-            if done.size:  # the task is done: a short tail lets the hand settle; the rest is not this task
+            done = (
+                runs[index][runs[index] > after] if index == finishing else np.array([], dtype=int)
+            )
+            if (
+                done.size
+            ):  # the task is done: a short tail lets the hand settle; the rest is not this task
                 ends[index] = min(demo.length, int(done[0]) + FINISH_TAIL)
-                reasons[index] = f"the task is done ({labels[index]} from step {int(done[0])}), then {FINISH_TAIL} steps"
+                reasons[index] = (
+                    f"the task is done ({labels[index]} from step {int(done[0])}), then {FINISH_TAIL} steps"
+                )
             else:
                 ends[index] = demo.length
                 reasons[index] = f"last: runs to the end of the demo ({labels[index]})"
@@ -174,7 +202,9 @@ def segment_demo(
             later = done[done > firsts[position]]
             limit = int(later[0]) if later.size else demo.length
         candidates = runs[index][(runs[index] > start) & (runs[index] < limit)]
-        if not candidates.size:  # cannot happen with the limits above; a clear error if it ever does
+        if (
+            not candidates.size
+        ):  # cannot happen with the limits above; a clear error if it ever does
             _never(demo, index, labels[index], start)
         end = int(candidates[-1]) + 1
         times = len(candidates)

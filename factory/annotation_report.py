@@ -18,8 +18,18 @@ from factory.spec import SceneSpec
 
 LANE, LABEL_WIDTH, PLOT_WIDTH, MARGIN = 22, 330, 900, 10
 # One colour per segment, cycling; predicates are drawn in the colour of their subtask.
-PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
-           (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]
+PALETTE = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+]
 
 
 def segment_rows(spec: SceneSpec, demo: AnnotatedDemo) -> list[dict]:
@@ -29,25 +39,41 @@ def segment_rows(spec: SceneSpec, demo: AnnotatedDemo) -> list[dict]:
         start, end = demo.segment(position)
         sub = spec.subtasks[index]
         reason = demo.end_reasons[index] if demo.end_reasons else (sub.ends_when or "success")
-        rows.append({"subtask": index, "object": sub.object, "ends_when": sub.ends_when or "success",
-                     "start": start, "end": end, "reason": reason})
+        rows.append(
+            {
+                "subtask": index,
+                "object": sub.object,
+                "ends_when": sub.ends_when or "success",
+                "start": start,
+                "end": end,
+                "reason": reason,
+            }
+        )
     return rows
 
 
 def format_rows(label: str, length: int, rows: list[dict]) -> str:
     lines = [f"{label}  ({length} steps)"]
     for row in rows:
-        lines.append(f"  subtask {row['subtask']}  {row['object']:<12} steps {row['start']:>5} .. {row['end']:<5}"
-                     f"  ends: {row['reason']}")
+        lines.append(
+            f"  subtask {row['subtask']}  {row['object']:<12} steps {row['start']:>5} .. {row['end']:<5}"
+            f"  ends: {row['reason']}"
+        )
     return "\n".join(lines)
 
 
 def plot_timeline(spec: SceneSpec, demo: AnnotatedDemo, path: Path) -> Path:
     """A PNG: per subtask predicate, where it holds; the gripper command; the segments as cut."""
     labels = [str(p) for p in subtask_predicates(spec.subtasks)]
-    holds = demo.holds if demo.holds is not None else np.zeros((demo.demo.length, len(labels)), bool)
+    holds = (
+        demo.holds if demo.holds is not None else np.zeros((demo.demo.length, len(labels)), bool)
+    )
     lanes = len(labels) + 2
-    image = Image.new("RGB", (LABEL_WIDTH + PLOT_WIDTH + 2 * MARGIN + 30, (lanes + 2) * LANE + 2 * MARGIN), "white")
+    image = Image.new(
+        "RGB",
+        (LABEL_WIDTH + PLOT_WIDTH + 2 * MARGIN + 30, (lanes + 2) * LANE + 2 * MARGIN),
+        "white",
+    )
     draw = ImageDraw.Draw(image)
     font = ImageFont.load_default()
     length = demo.demo.length
@@ -79,10 +105,15 @@ def plot_timeline(spec: SceneSpec, demo: AnnotatedDemo, path: Path) -> Path:
     return path
 
 
-def _lane(draw: ImageDraw.ImageDraw, font, top: int, label: str, held: np.ndarray, x, colour) -> None:
+def _lane(
+    draw: ImageDraw.ImageDraw, font, top: int, label: str, held: np.ndarray, x, colour
+) -> None:
     draw.text((MARGIN, top + 5), label[:52], fill="black", font=font)
     draw.rectangle([x(0), top + 2, x(len(held)), top + LANE - 2], outline=(200, 200, 200))
     padded = np.concatenate([[False], held, [False]])
     edges = np.flatnonzero(padded[1:] != padded[:-1])
     for start, stop in zip(edges[::2], edges[1::2], strict=True):
-        draw.rectangle([x(int(start)), top + 4, max(x(int(stop)) - 1, x(int(start))), top + LANE - 4], fill=colour)
+        draw.rectangle(
+            [x(int(start)), top + 4, max(x(int(stop)) - 1, x(int(start))), top + LANE - 4],
+            fill=colour,
+        )

@@ -35,7 +35,9 @@ def _int_at_least(lowest: int):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lowest}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected an integer >= {lowest}, got {text!r}"
+            ) from None
         if value < lowest:
             raise argparse.ArgumentTypeError(f"expected an integer >= {lowest}, got {value}")
         return value
@@ -47,39 +49,69 @@ _positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="factory", description="Synthetic demonstration data factory.")
+    parser = argparse.ArgumentParser(
+        prog="factory", description="Synthetic demonstration data factory."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="check a scene spec (YAML, seed demos, env, cameras)")
     p.add_argument("spec", type=Path)
 
-    p = sub.add_parser("annotate", help="show where each subtask starts and ends in each seed demo, and why")
+    p = sub.add_parser(
+        "annotate", help="show where each subtask starts and ends in each seed demo, and why"
+    )
     p.add_argument("spec", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.add_argument("--plot", type=Path, metavar="DIR",
-                   help="also write a PNG timeline of the predicates per demo into DIR")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="also write a PNG timeline of the predicates per demo into DIR",
+    )
 
     p = sub.add_parser("run", help="generate, render and write a dataset on Ray")
     p.add_argument("spec", type=Path)
-    p.add_argument("--out", type=Path, help="dataset directory (default: the spec's output.dir, or out/<name>)")
-    p.add_argument("--attempts", type=_positive_int, help="generation attempts (overrides generation.attempts)")
-    p.add_argument("--successes", type=_positive_int,
-                   help="stop once this many attempts succeeded, each giving K episodes, "
-                        "K = appearance.variants_per_trajectory (overrides generation.target_successes)")
-    p.add_argument("--workers", type=_positive_int, default=None, help="Ray actors (default: one per CPU of the cluster)")
-    p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else a local one)")
+    p.add_argument(
+        "--out", type=Path, help="dataset directory (default: the spec's output.dir, or out/<name>)"
+    )
+    p.add_argument(
+        "--attempts", type=_positive_int, help="generation attempts (overrides generation.attempts)"
+    )
+    p.add_argument(
+        "--successes",
+        type=_positive_int,
+        help="stop once this many attempts succeeded, each giving K episodes, "
+        "K = appearance.variants_per_trajectory (overrides generation.target_successes)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="Ray actors (default: one per CPU of the cluster)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="an existing Ray cluster (default: $RAY_ADDRESS, else a local one)",
+    )
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--truncate", action="store_true",
-                   help="allow the dataset in --out to shrink (fewer --attempts, a lower --successes) "
-                        "or to replace `factory seeds` output; without it such a run is refused")
+    p.add_argument(
+        "--truncate",
+        action="store_true",
+        help="allow the dataset in --out to shrink (fewer --attempts, a lower --successes) "
+        "or to replace `factory seeds` output; without it such a run is refused",
+    )
 
     p = sub.add_parser("preview", help="a contact-sheet PNG and one mp4 per camera of a dataset")
     p.add_argument("dataset", type=Path)
     p.add_argument("--out", type=Path, help="folder for the pictures (default: DATASET/preview)")
     p.add_argument("--episodes", type=_positive_int, default=6, help="rows of the contact sheet")
-    p.add_argument("--failures", action="store_true",
-                   help="instead: render the failed attempts the run kept, captioned with where each failed")
+    p.add_argument(
+        "--failures",
+        action="store_true",
+        help="instead: render the failed attempts the run kept, captioned with where each failed",
+    )
 
     p = sub.add_parser("export", help="write the dataset as LeRobot (v3.0) or robomimic (hdf5)")
     p.add_argument("dataset", type=Path)
@@ -93,23 +125,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
-    p = sub.add_parser("seeds", help="write a spec's human seed demos as a dataset (the baseline for train-eval)")
+    p = sub.add_parser(
+        "seeds", help="write a spec's human seed demos as a dataset (the baseline for train-eval)"
+    )
     p.add_argument("spec", type=Path)
-    p.add_argument("--out", type=Path, required=True, help="dataset directory (new or empty, or a previous seeds output)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="dataset directory (new or empty, or a previous seeds output)",
+    )
 
-    p = sub.add_parser("script", help="record seed demos from the spec's script: waypoints (robosuite hdf5)")
+    p = sub.add_parser(
+        "script", help="record seed demos from the spec's script: waypoints (robosuite hdf5)"
+    )
     p.add_argument("spec", type=Path)
-    p.add_argument("--out", type=Path, required=True, help="a new .hdf5 file (robosuite's raw collection format)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="a new .hdf5 file (robosuite's raw collection format)",
+    )
     p.add_argument("--demos", type=_positive_int, help="demos to record (overrides script.demos)")
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no line per try on stderr")
 
-    p = sub.add_parser("train-eval", help="train a behaviour-cloning policy on a dataset and report its rollout success")
+    p = sub.add_parser(
+        "train-eval",
+        help="train a behaviour-cloning policy on a dataset and report its rollout success",
+    )
     p.add_argument("dataset", type=Path)
-    p.add_argument("--spec", type=Path, required=True, help="the scene spec whose env, placement and seeds the rollouts use")
+    p.add_argument(
+        "--spec",
+        type=Path,
+        required=True,
+        help="the scene spec whose env, placement and seeds the rollouts use",
+    )
     p.add_argument("--out", type=Path, help="also write the JSON report to this file")
-    p.add_argument("--save-policy", type=Path, help="save the trained policy (torch state dict) here")
+    p.add_argument(
+        "--save-policy", type=Path, help="save the trained policy (torch state dict) here"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     _add_train_eval_flags(p)
     return parser
@@ -122,12 +178,25 @@ def _add_train_eval_flags(p: argparse.ArgumentParser) -> None:
     for name, field in TrainEvalConfig.model_fields.items():
         flag, kind = f"--{name.replace('_', '-')}", field.annotation
         if kind is bool:
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, dest=f"cfg_{name}",
-                           help=f"default: {'on' if field.default else 'off'}")
+            p.add_argument(
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                dest=f"cfg_{name}",
+                help=f"default: {'on' if field.default else 'off'}",
+            )
             continue
-        parse = float if kind in (float, float | None) else str if kind in (str, str | None) else int
-        p.add_argument(flag, type=parse, default=None, dest=f"cfg_{name}", metavar=name.upper(),
-                       help=f"default: {field.default}")
+        parse = (
+            float if kind in (float, float | None) else str if kind in (str, str | None) else int
+        )
+        p.add_argument(
+            flag,
+            type=parse,
+            default=None,
+            dest=f"cfg_{name}",
+            metavar=name.upper(),
+            help=f"default: {field.default}",
+        )
 
 
 def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None):
@@ -137,18 +206,24 @@ def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None
     return resolve_spec(_check(path, overrides, out_dir))
 
 
-def _check(path: Path, overrides: dict | None = None, out_dir: Path | None = None, truncate: bool = False):
+def _check(
+    path: Path, overrides: dict | None = None, out_dir: Path | None = None, truncate: bool = False
+):
     """load_spec (pure), the output directory check and the texture model check (cheap)."""
     from factory.run import check_output_dir
     from factory.spec import load_spec
     from generators.texture_bank import check_texture_model
 
     spec = load_spec(path, overrides)
-    target = (out_dir or spec.output_dir()) if out_dir is not None or overrides is not None else None
+    target = (
+        (out_dir or spec.output_dir()) if out_dir is not None or overrides is not None else None
+    )
     if target is not None:
         check_output_dir(target, spec, truncate)
     bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
-    if bank is not None:  # the model must be on disk unless the bank is already made (reads no weights)
+    if (
+        bank is not None
+    ):  # the model must be on disk unless the bank is already made (reads no weights)
         check_texture_model(bank, target, spec_path=spec.path)
     return spec
 
@@ -172,8 +247,10 @@ def cmd_validate(args) -> int:
     spec = resolved.spec
     ends = ", ".join(f"{d.demo.name}: {list(d.subtask_ends)}" for d in resolved.demos)
     cams = ", ".join(f"{c.name} {c.width}x{c.height}" for c in spec.cameras) or "none"
-    print(f"ok: {args.spec}: {spec.name} ({spec.task.env}, {spec.task.robot}), {len(resolved.demos)} seed demos, "
-          f"{len(spec.subtasks)} subtasks (ends per demo: {ends}), cameras: {cams}")
+    print(
+        f"ok: {args.spec}: {spec.name} ({spec.task.env}, {spec.task.robot}), {len(resolved.demos)} seed demos, "
+        f"{len(spec.subtasks)} subtasks (ends per demo: {ends}), cameras: {cams}"
+    )
     return 0
 
 
@@ -184,7 +261,11 @@ def cmd_annotate(args) -> int:
     spec = resolved.spec
     report, plots = [], []
     for demo in resolved.demos:
-        entry = {"demo": demo.demo.label, "length": demo.demo.length, "segments": segment_rows(spec, demo)}
+        entry = {
+            "demo": demo.demo.label,
+            "length": demo.demo.length,
+            "segments": segment_rows(spec, demo),
+        }
         if args.plot is not None:
             name = f"{demo.demo.source.stem}_{demo.demo.name}.png"
             entry["plot"] = str(plot_timeline(spec, demo, args.plot / name))
@@ -211,11 +292,22 @@ def cmd_run(args) -> int:
         overrides["seed"] = args.seed
     if args.successes is not None:
         overrides["generation.target_successes"] = args.successes
-    spec = _check(args.spec, overrides, args.out, args.truncate)  # resolved by run_dataset, while the cluster starts
+    spec = _check(
+        args.spec, overrides, args.out, args.truncate
+    )  # resolved by run_dataset, while the cluster starts
     if not spec.seed_demos:
-        raise SpecError(args.spec, "seed_demos", "at least one seed demo file is needed to generate")
+        raise SpecError(
+            args.spec, "seed_demos", "at least one seed demo file is needed to generate"
+        )
     out_dir = args.out or spec.output_dir()
-    run_dataset(spec, out_dir, args.workers, args.address, show_progress=not args.no_progress, truncate=args.truncate)
+    run_dataset(
+        spec,
+        out_dir,
+        args.workers,
+        args.address,
+        show_progress=not args.no_progress,
+        truncate=args.truncate,
+    )
     print(format_summary(summarize(out_dir)))
     return 0
 
@@ -250,7 +342,11 @@ def cmd_export(args) -> int:
     else:
         _check_output_file(args.out, "out")
     summary = export(args.dataset, args.out)
-    print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}, default=str))
+    print(
+        json.dumps(
+            {k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}, default=str
+        )
+    )
     return 0
 
 
@@ -269,10 +365,15 @@ def cmd_verify(args) -> int:
     if (args.dataset / "textures").is_dir():  # a generative texture bank (appearance.textures.bank)
         from generators.texture_bank import verify_texture_bank
 
-        problems += [line.removeprefix(f"{args.dataset}/") for line in verify_texture_bank(args.dataset)]
+        problems += [
+            line.removeprefix(f"{args.dataset}/") for line in verify_texture_bank(args.dataset)
+        ]
     if problems:
         for line in problems:  # some already name the file in full
-            print(line if line.startswith(f"{args.dataset}/") else f"{args.dataset}/{line}", file=sys.stderr)
+            print(
+                line if line.startswith(f"{args.dataset}/") else f"{args.dataset}/{line}",
+                file=sys.stderr,
+            )
         print(f"error: {args.dataset}: {len(problems)} problem(s) found", file=sys.stderr)
         return 2
     print(f"ok: {args.dataset}: every shard, episode and statistic matches")
@@ -306,19 +407,35 @@ def cmd_script(args) -> int:
     overrides = {"seed": args.seed} if args.seed is not None else {}
     spec = load_spec(args.spec, overrides)
     if spec.script is None:
-        raise SpecError(args.spec, "script", "no script: section (waypoints to record seed demos from; "
-                                             "see scene_specs/pick_place_can.yaml)")
+        raise SpecError(
+            args.spec,
+            "script",
+            "no script: section (waypoints to record seed demos from; "
+            "see scene_specs/pick_place_can.yaml)",
+        )
     if args.demos is not None:
         spec = load_spec(args.spec, {**overrides, "script.demos": args.demos})
     from factory.script import check_output, make_scene, model_xml, record_demos, save_demos
 
     check_output(args.out, args.force)  # before the env is built
     scene = make_scene(spec)
-    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    log = (
+        (lambda line: None)
+        if args.quiet
+        else (lambda line: print(line, file=sys.stderr, flush=True))
+    )
     demos = record_demos(scene, spec.script.demos, log)
     save_demos(args.out, spec, model_xml(scene), demos)
-    print(json.dumps({"out": str(args.out), "demos": len(demos), "tries": sum(d.tries for d in demos),
-                      "lengths": [d.length for d in demos]}))
+    print(
+        json.dumps(
+            {
+                "out": str(args.out),
+                "demos": len(demos),
+                "tries": sum(d.tries for d in demos),
+                "lengths": [d.length for d in demos],
+            }
+        )
+    )
     return 0
 
 
@@ -336,12 +453,20 @@ def cmd_train_eval(args) -> int:
     if not (args.dataset / "manifest.json").is_file():
         raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
     for flag, path in (("--out", args.out), ("--save-policy", args.save_policy)):
-        if path is not None:  # up front: training and rollouts take minutes, and the report would be lost
+        if (
+            path is not None
+        ):  # up front: training and rollouts take minutes, and the report would be lost
             _check_output_file(path, flag)
     resolved = _load(args.spec)
-    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    log = (
+        (lambda line: None)
+        if args.quiet
+        else (lambda line: print(line, file=sys.stderr, flush=True))
+    )
     report = train_eval(args.dataset, resolved, config, log=log, save=args.save_policy)
-    report["command"] = "factory " + " ".join(sys.argv[1:]) if sys.argv[1:] else "factory train-eval"
+    report["command"] = (
+        "factory " + " ".join(sys.argv[1:]) if sys.argv[1:] else "factory train-eval"
+    )
     text = json.dumps(report)
     if args.out is not None:
         args.out.write_text(text + "\n")
@@ -349,17 +474,27 @@ def cmd_train_eval(args) -> int:
     return 0
 
 
-COMMANDS = {"validate": cmd_validate, "annotate": cmd_annotate, "run": cmd_run, "preview": cmd_preview, "export": cmd_export,
-            "verify": cmd_verify,
-            "inspect": cmd_inspect, "seeds": cmd_seeds, "train-eval": cmd_train_eval,
-            "script": cmd_script}
+COMMANDS = {
+    "validate": cmd_validate,
+    "annotate": cmd_annotate,
+    "run": cmd_run,
+    "preview": cmd_preview,
+    "export": cmd_export,
+    "verify": cmd_verify,
+    "inspect": cmd_inspect,
+    "seeds": cmd_seeds,
+    "train-eval": cmd_train_eval,
+    "script": cmd_script,
+}
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: what finished is kept (Ray's own handler aborts the driver)."""
 
 
-_signals: list[int] = []  # received: the exit code says which, whatever re-raised the interrupt on the way
+_signals: list[
+    int
+] = []  # received: the exit code says which, whatever re-raised the interrupt on the way
 
 
 def _terminate(signum, frame) -> None:
@@ -376,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(args)
     finally:
-        if previous is not None:  # main() called in-process (tests): leave the caller's handler as it was
+        if (
+            previous is not None
+        ):  # main() called in-process (tests): leave the caller's handler as it was
             signal.signal(signal.SIGTERM, previous)
 
 
@@ -393,11 +530,20 @@ def _main(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
-        print("interrupted: finished shards are kept; run the same command again to resume", file=sys.stderr)
+        print(
+            "interrupted: finished shards are kept; run the same command again to resume",
+            file=sys.stderr,
+        )
         return 143 if isinstance(err, Terminated) or _signals else 130
-    except (OSError, DatasetError) as err:  # a file the checks above missed: still one line, not a traceback
+    except (
+        OSError,
+        DatasetError,
+    ) as err:  # a file the checks above missed: still one line, not a traceback
         where = f"{err.filename}: " if getattr(err, "filename", None) else ""
-        text = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        text = (
+            getattr(err, "strerror", None)
+            or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        )
         print(f"error: {where}{text}", file=sys.stderr)
         return 2
 

@@ -42,14 +42,18 @@ def load_seed_demos(path: Path) -> list[SeedDemo]:
 
 def _read_demo(path: Path, group: h5py.Group, name: str, env_name: str) -> SeedDemo:
     if not isinstance(group, h5py.Group):
-        raise UserError(f"{path}: data/{name}: expected a group holding 'states' and 'actions', got a dataset")
+        raise UserError(
+            f"{path}: data/{name}: expected a group holding 'states' and 'actions', got a dataset"
+        )
     for key in ("states", "actions"):
         if key not in group:
             raise UserError(f"{path}: data/{name}: missing dataset {key!r}")
         item = group[key]
         if not isinstance(item, h5py.Dataset) or item.dtype.kind not in "fiu":
             got = f"a dataset of {item.dtype}" if isinstance(item, h5py.Dataset) else "a group"
-            raise UserError(f"{path}: data/{name}/{key}: expected a numeric array [T, N], got {got}")
+            raise UserError(
+                f"{path}: data/{name}/{key}: expected a numeric array [T, N], got {got}"
+            )
     states = np.asarray(group["states"][()], dtype=np.float64)
     actions = np.asarray(group["actions"][()], dtype=np.float64)
     if states.ndim != 2 or actions.ndim != 2 or len(states) != len(actions) or len(states) < 2:
@@ -61,9 +65,17 @@ def _read_demo(path: Path, group: h5py.Group, name: str, env_name: str) -> SeedD
         raise UserError(f"{path}: data/{name}: states contain NaN or infinity")
     if not np.isfinite(actions).all():
         step = int(np.argwhere(~np.isfinite(actions))[0][0])
-        raise UserError(f"{path}: data/{name}: actions contain NaN or infinity (first at step {step})")
-    return SeedDemo(name=name, source=path, env_name=env_name, states=states, actions=actions,
-                    fixture_poses=_fixture_poses(path, group, name))
+        raise UserError(
+            f"{path}: data/{name}: actions contain NaN or infinity (first at step {step})"
+        )
+    return SeedDemo(
+        name=name,
+        source=path,
+        env_name=env_name,
+        states=states,
+        actions=actions,
+        fixture_poses=_fixture_poses(path, group, name),
+    )
 
 
 def _fixture_poses(path: Path, group: h5py.Group, name: str) -> dict[str, list[float]] | None:
@@ -74,13 +86,16 @@ def _fixture_poses(path: Path, group: h5py.Group, name: str) -> dict[str, list[f
     try:
         poses = json.loads(text)
         ok = isinstance(poses, dict) and all(
-            isinstance(v, list) and len(v) == 7 and all(isinstance(x, (int, float)) for x in v) for v in poses.values()
+            isinstance(v, list) and len(v) == 7 and all(isinstance(x, (int, float)) for x in v)
+            for v in poses.values()
         )
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise UserError(f"{path}: data/{name}: attribute fixture_poses: expected JSON "
-                        '{"body": [x, y, z, qw, qx, qy, qz], ...}')
+        raise UserError(
+            f"{path}: data/{name}: attribute fixture_poses: expected JSON "
+            '{"body": [x, y, z, qw, qx, qy, qz], ...}'
+        )
     return {str(k): [float(x) for x in v] for k, v in poses.items()}
 
 

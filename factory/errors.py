@@ -16,4 +16,6 @@ class SpecError(UserError):
 
     def __init__(self, where: str, field: str, message: str):
         self.where, self.field, self.message = str(where), field, message
-        super().__init__(f"{self.where}: {field}: {message}" if field else f"{self.where}: {message}")
+        super().__init__(
+            f"{self.where}: {field}: {message}" if field else f"{self.where}: {message}"
+        )

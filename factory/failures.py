@@ -49,8 +49,16 @@ def save_failures(out_dir: Path, shard: int, attempts: Sequence[Attempt]) -> Pat
     directory = Path(out_dir) / FAILURES_DIRNAME
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"shard-{shard:06d}.npz"
-    meta = [{"attempt_id": a.attempt_id, "shard": a.shard, "reason": a.reason, "failed_subtask": a.failed_subtask,
-             "provenance": a.provenance} for a in kept]
+    meta = [
+        {
+            "attempt_id": a.attempt_id,
+            "shard": a.shard,
+            "reason": a.reason,
+            "failed_subtask": a.failed_subtask,
+            "provenance": a.provenance,
+        }
+        for a in kept
+    ]
     arrays = {f"states_{k}": a.states for k, a in enumerate(kept)}
     tmp = path.with_suffix(".tmp.npz")
     with open(tmp, "wb") as handle:
@@ -66,8 +74,17 @@ def load_failures(dataset_dir: Path, limit: int) -> list[Failure]:
         try:
             with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(str(data["meta"]))
-                found.extend(Failure(m["attempt_id"], m["shard"], m["reason"], m["failed_subtask"], m["provenance"],
-                                     np.asarray(data[f"states_{k}"], dtype=np.float64)) for k, m in enumerate(meta))
+                found.extend(
+                    Failure(
+                        m["attempt_id"],
+                        m["shard"],
+                        m["reason"],
+                        m["failed_subtask"],
+                        m["provenance"],
+                        np.asarray(data[f"states_{k}"], dtype=np.float64),
+                    )
+                    for k, m in enumerate(meta)
+                )
         except (OSError, ValueError, KeyError) as err:
             raise UserError(f"{path}: unreadable failure record ({err})") from None
         if len(found) >= limit:
@@ -76,13 +93,17 @@ def load_failures(dataset_dir: Path, limit: int) -> list[Failure]:
 
 
 def caption(failure: Failure, spec) -> str:
-    """"attempt 17 failed in subtask 1 (object bin, ends when ...): reason"."""
+    """ "attempt 17 failed in subtask 1 (object bin, ends when ...): reason"."""
     where = ""
     if failure.failed_subtask is not None and failure.failed_subtask < len(spec.subtasks):
         sub = spec.subtasks[failure.failed_subtask]
         where = f" in subtask {failure.failed_subtask} ({sub.object}, ends when {sub.ends_when or 'success'})"
     disturbed = failure.provenance.get("disturbed_in_transit")
-    extra = f"; transit disturbed {', '.join(o for d in disturbed for o in d['objects'])}" if disturbed else ""
+    extra = (
+        f"; transit disturbed {', '.join(o for d in disturbed for o in d['objects'])}"
+        if disturbed
+        else ""
+    )
     return f"attempt {failure.attempt_id} failed{where}: {failure.reason}{extra}"
 
 
@@ -94,11 +115,15 @@ def render_failures(dataset_dir: Path, info: dict, out_path: Path, count: int) -
 
     failures = load_failures(dataset_dir, count)
     if not failures:
-        raise UserError(f"{dataset_dir}: no failed attempt was kept ({FAILURES_DIRNAME}/ is empty or absent): "
-                        "every attempt succeeded, or the dataset was made before failures were kept")
+        raise UserError(
+            f"{dataset_dir}: no failed attempt was kept ({FAILURES_DIRNAME}/ is empty or absent): "
+            "every attempt succeeded, or the dataset was made before failures were kept"
+        )
     spec = SceneSpec.model_validate(info["spec"])
     scene = Scene(spec)
-    camera = spec.cameras[0] if spec.cameras else CameraSpec(name="agentview", width=TILE, height=TILE)
+    camera = (
+        spec.cameras[0] if spec.cameras else CameraSpec(name="agentview", width=TILE, height=TILE)
+    )
     renderer = FrameRenderer(scene, [camera], spec.render)
     rows = []
     try:
@@ -118,7 +143,11 @@ def render_failures(dataset_dir: Path, info: dict, out_path: Path, count: int) -
 def _sheet(rows, width: int, height: int, out_path: Path) -> Path:
     font = ImageFont.load_default()
     text_h, gap = 14, 4
-    sheet = Image.new("RGB", (FRAMES * (width + gap) + gap, len(rows) * (height + 2 * text_h + gap) + gap), "white")
+    sheet = Image.new(
+        "RGB",
+        (FRAMES * (width + gap) + gap, len(rows) * (height + 2 * text_h + gap) + gap),
+        "white",
+    )
     draw = ImageDraw.Draw(sheet)
     for r, (text, frames, steps) in enumerate(rows):
         top = gap + r * (height + 2 * text_h + gap)

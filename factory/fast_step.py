@@ -123,16 +123,42 @@ class FastStepper:
         mujoco.mj_jacSite(model, data, jacp, jacr, self.ref_site)
         mujoco.mj_fullM(model, self._mass, data.qM)
         return osc_torques(
-            jacp, jacr, self._mass, data.qvel, data.qpos, data.qfrc_bias, self.qvel_index, self.qpos_index,
-            origin_pos + origin_ori @ goal_pos, origin_ori @ goal_ori,
-            data.site_xpos[self.ref_site], data.site_xmat[self.ref_site].reshape(3, 3),
-            self._kp, self._kd, self._initial_joint,
+            jacp,
+            jacr,
+            self._mass,
+            data.qvel,
+            data.qpos,
+            data.qfrc_bias,
+            self.qvel_index,
+            self.qpos_index,
+            origin_pos + origin_ori @ goal_pos,
+            origin_ori @ goal_ori,
+            data.site_xpos[self.ref_site],
+            data.site_xmat[self.ref_site].reshape(3, 3),
+            self._kp,
+            self._kd,
+            self._initial_joint,
         )
 
 
 @numba.njit(cache=True)
-def osc_torques(jacp, jacr, mass_full, qvel, qpos, qfrc_bias, vel_idx, pos_idx,
-                desired_pos, desired_ori, ref_pos, ref_ori, kp, kd, initial_joint):  # pragma: no cover - compiled
+def osc_torques(
+    jacp,
+    jacr,
+    mass_full,
+    qvel,
+    qpos,
+    qfrc_bias,
+    vel_idx,
+    pos_idx,
+    desired_pos,
+    desired_ori,
+    ref_pos,
+    ref_ori,
+    kp,
+    kd,
+    initial_joint,
+):  # pragma: no cover - compiled
     """robosuite's OSC_POSE torques (uncoupled position/orientation, gravity compensation,
     nullspace posture toward the initial joints), compiled: the fixed base has zero velocity.
 

@@ -49,8 +49,11 @@ def infer_fixture_poses(scene, demo: SeedDemo) -> dict[str, list[float]]:
 
 def _subtree(model: mujoco.MjModel, root: int) -> list[int]:
     bodies = [b for b in range(model.nbody) if _ancestor(model, b, root)]
-    return [g for g in range(model.ngeom) if model.geom_bodyid[g] in bodies and
-            (model.geom_contype[g] or model.geom_conaffinity[g])]
+    return [
+        g
+        for g in range(model.ngeom)
+        if model.geom_bodyid[g] in bodies and (model.geom_contype[g] or model.geom_conaffinity[g])
+    ]
 
 
 def _ancestor(model: mujoco.MjModel, body: int, root: int) -> bool:
@@ -83,12 +86,18 @@ def _search(scene, demo: SeedDemo, root: int, pose: np.ndarray, steps: np.ndarra
     pads = [sorted(p) for p in scene.finger_pads()]
     site = scene.grip_site
     held = _held_body(scene, demo, geoms, steps, site)
+
     def grid(centre, offsets, yaws):
         for dx, dy, dyaw in itertools.product(offsets, offsets, yaws):
             candidate = (centre[0] + dx, centre[1] + dy, centre[2] + dyaw)
-            yield _cost(scene, demo, root, pose, candidate, steps, geoms, pads, held, site), candidate
+            yield (
+                _cost(scene, demo, root, pose, candidate, steps, geoms, pads, held, site),
+                candidate,
+            )
 
-    coarse = sorted(grid((0.0, 0.0, 0.0), *COARSE))[:REFINED]  # several basins: the coarse best can mislead
+    coarse = sorted(grid((0.0, 0.0, 0.0), *COARSE))[
+        :REFINED
+    ]  # several basins: the coarse best can mislead
     best = min(min(grid(centre, *FINE)) for _, centre in coarse)
     return _moved(pose, *best[1]).tolist()
 
@@ -130,6 +139,10 @@ def _cost(scene, demo, root, pose, candidate, steps, geoms, pads, held: int, sit
         for pad in pads:
             # |distance|: a pad on the surface, not through it (penetration is no better than a gap)
             total += min(
-                min(abs(mujoco.mj_geomDistance(model, data, a, g, DISTANCE_CAP, None)) for g in geoms) for a in pad
+                min(
+                    abs(mujoco.mj_geomDistance(model, data, a, g, DISTANCE_CAP, None))
+                    for g in geoms
+                )
+                for a in pad
             )
     return total + len(steps) * float(np.linalg.norm(np.std(in_part, axis=0)))

@@ -36,7 +36,9 @@ if TYPE_CHECKING:  # this module stays light: `verify` and `inspect` use it with
 
 GENERATION_FILENAME = "generation.json"
 LOCK_FILENAME = ".lock"  # held by the running driver (flock); never part of the dataset
-SEEDS_SOURCE = "seed_demos"  # dataset_info.json "source" of `factory seeds` output (factory.seeds.SOURCE_MARK)
+SEEDS_SOURCE = (
+    "seed_demos"  # dataset_info.json "source" of `factory seeds` output (factory.seeds.SOURCE_MARK)
+)
 _SHARD_NAME = re.compile(r"shard-(\d+)\.tar")
 
 
@@ -75,15 +77,21 @@ def _holds_nothing(out_dir: Path) -> bool:
     for entry in out_dir.iterdir():
         if entry.name == LOCK_FILENAME:
             continue
-        if entry.name == "shards" and entry.is_dir() and not any(
-                not p.name.startswith(".shard-") for p in entry.iterdir()):
+        if (
+            entry.name == "shards"
+            and entry.is_dir()
+            and not any(not p.name.startswith(".shard-") for p in entry.iterdir())
+        ):
             continue
         return False
     return True
 
 
 def _looks_like_ours(out_dir: Path) -> bool:
-    return any((out_dir / name).exists() for name in (MANIFEST_FILENAME, GENERATION_FILENAME, EPISODES_FILENAME))
+    return any(
+        (out_dir / name).exists()
+        for name in (MANIFEST_FILENAME, GENERATION_FILENAME, EPISODES_FILENAME)
+    )
 
 
 def check_output_dir(out_dir: Path, spec: SceneSpec, truncate: bool = False) -> bool:
@@ -98,11 +106,15 @@ def check_output_dir(out_dir: Path, spec: SceneSpec, truncate: bool = False) -> 
     if (out_dir / DATASET_INFO_FILENAME).exists() or not _looks_like_ours(out_dir):
         info = require_dataset_info(out_dir, advice="choose another --out")
     else:
-        raise UserError(f"{out_dir}: a demofactory dataset without its {DATASET_INFO_FILENAME} (deleted?): "
-                        "restore that file to resume it, or remove the directory to start over")
+        raise UserError(
+            f"{out_dir}: a demofactory dataset without its {DATASET_INFO_FILENAME} (deleted?): "
+            "restore that file to resume it, or remove the directory to start over"
+        )
     if info.get("source") == SEEDS_SOURCE and not truncate:
-        raise UserError(f"{out_dir}: holds the human seed demos written by `factory seeds`; `factory run` would "
-                        "replace them with generated episodes: pass --truncate to replace them, or choose another --out")
+        raise UserError(
+            f"{out_dir}: holds the human seed demos written by `factory seeds`; `factory run` would "
+            "replace them with generated episodes: pass --truncate to replace them, or choose another --out"
+        )
     if info.get("spec_fingerprint") != spec.fingerprint():
         name = info.get("spec", {}).get("name", "?")
         raise UserError(
@@ -148,15 +160,18 @@ def repair_records(out_dir: Path, warn: Callable[[str], None]) -> None:
             path = out_dir / name
             aside = path.with_name(f"{name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
             os.replace(path, aside)
-            warn(f"{path}: unreadable ({_first_line(err)}); moved to {aside.name}: the shards it listed are redone")
+            warn(
+                f"{path}: unreadable ({_first_line(err)}); moved to {aside.name}: the shards it listed are redone"
+            )
 
 
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
-def shards_dropped(out_dir: Path, tasks: Sequence[ShardTask], done: dict[str, ShardResult],
-                   target: int | None) -> list[str]:
+def shards_dropped(
+    out_dir: Path, tasks: Sequence[ShardTask], done: dict[str, ShardResult], target: int | None
+) -> list[str]:
     """Shards the manifest lists that this plan would drop or rewrite with fewer attempts.
 
     Only listed shards count: the manifest is the commit point, and a file it does not list
@@ -171,29 +186,52 @@ def shards_dropped(out_dir: Path, tasks: Sequence[ShardTask], done: dict[str, Sh
         task = task_named(tasks, name)
         entry = recorded.get(name)
         ids = entry.get("attempt_ids") if isinstance(entry, dict) else None
-        fewer = task is not None and isinstance(ids, list) and len(ids) == 2 and ids[1] > task.attempt_ids[-1] + 1
+        fewer = (
+            task is not None
+            and isinstance(ids, list)
+            and len(ids) == 2
+            and ids[1] > task.attempt_ids[-1] + 1
+        )
         if task is None or task.index >= end or fewer:
             dropped.append(name)
     return dropped
 
 
-def refuse_shrinking(out_dir: Path, spec: SceneSpec, dropped: list[str], prefix_stops: bool) -> None:
+def refuse_shrinking(
+    out_dir: Path, spec: SceneSpec, dropped: list[str], prefix_stops: bool
+) -> None:
     """Raise the one-line UserError for a run that would drop `dropped`: why, and the two ways out."""
     recorded = load_generation(out_dir)["shards"]
-    held = max((e["attempt_ids"][1] for e in recorded.values() if isinstance(e, dict)
-                and isinstance(e.get("attempt_ids"), list) and len(e["attempt_ids"]) == 2), default=0)
+    held = max(
+        (
+            e["attempt_ids"][1]
+            for e in recorded.values()
+            if isinstance(e, dict)
+            and isinstance(e.get("attempt_ids"), list)
+            and len(e["attempt_ids"]) == 2
+        ),
+        default=0,
+    )
     shown = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more" if len(dropped) > 3 else "")
     if prefix_stops:
-        why = (f"--successes {spec.generation.target_successes} is reached by the shards before them; "
-               "leave --successes out to keep them")
+        why = (
+            f"--successes {spec.generation.target_successes} is reached by the shards before them; "
+            "leave --successes out to keep them"
+        )
     else:
-        why = (f"it holds attempts 0..{held - 1}, this run plans {spec.generation.attempts}; "
-               f"run with --attempts {held} (or more) to keep them")
-    raise UserError(f"{out_dir}: this run would drop {len(dropped)} finished shard(s) ({shown}): {why}, "
-                    "or pass --truncate to drop them")
+        why = (
+            f"it holds attempts 0..{held - 1}, this run plans {spec.generation.attempts}; "
+            f"run with --attempts {held} (or more) to keep them"
+        )
+    raise UserError(
+        f"{out_dir}: this run would drop {len(dropped)} finished shard(s) ({shown}): {why}, "
+        "or pass --truncate to drop them"
+    )
 
 
-def shard_prefix(results: dict[str, ShardResult], target: int | None, tasks: list[ShardTask]) -> list[ShardTask] | None:
+def shard_prefix(
+    results: dict[str, ShardResult], target: int | None, tasks: list[ShardTask]
+) -> list[ShardTask] | None:
     """The shortest run of finished shards 0..j holding `target` successes, if there is one.
 
     Deciding by shard index, not by finishing order, keeps a "generate until N" dataset

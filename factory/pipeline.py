@@ -58,7 +58,9 @@ class ShardResult:
     episodes: tuple[EpisodeRecord, ...]  # K per success: one per appearance variant
     wall_s: float
     steps_simulated: int = 0
-    subtasks: dict[str, dict[str, int]] = field(default_factory=dict)  # index -> reached, failed, retries
+    subtasks: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # index -> reached, failed, retries
     node: str = ""  # Ray node id of the worker that wrote it ("" when run outside Ray)
 
     def to_json(self) -> dict:
@@ -114,10 +116,14 @@ def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
         loaded = load_seed_demos(path)
         width = sum(n for _, n in ACTION_LAYOUT)
         for demo in loaded:
-            if demo.actions.shape[1] != width:  # generation replays them as the arm's delta-pose actions
+            if (
+                demo.actions.shape[1] != width
+            ):  # generation replays them as the arm's delta-pose actions
                 layout = ", ".join(f"{k} {n}" for k, n in ACTION_LAYOUT)
-                raise UserError(f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
-                                f"{width} ({layout}) for {spec.task.controller}")
+                raise UserError(
+                    f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
+                    f"{width} ({layout}) for {spec.task.controller}"
+                )
         demos.extend(annotate_demo(scene, demo) for demo in loaded)
     return demos
 
@@ -143,7 +149,9 @@ class ShardWorker:
         self.scene = scene if scene is not None else Scene(spec)
         self.renderer = FrameRenderer(self.scene, spec.cameras, spec.render)
         # Binds the spec's surfaces now (a bad surface fails here); the bank is loaded by run_shard.
-        self.appearance = AppearanceRandomizer(spec, self.scene.model, upload=self.renderer.upload_textures)
+        self.appearance = AppearanceRandomizer(
+            spec, self.scene.model, upload=self.renderer.upload_textures
+        )
         self._bank_loaded = False
 
     @property
@@ -152,7 +160,9 @@ class ShardWorker:
         return self.spec.appearance.variants_per_trajectory
 
     def run_attempt(self, task: ShardTask, attempt_id: int) -> Attempt:
-        plan = AttemptPlan(attempt_id, task.index, attempt_seed(self.spec.seed, task.index, attempt_id))
+        plan = AttemptPlan(
+            attempt_id, task.index, attempt_seed(self.spec.seed, task.index, attempt_id)
+        )
         return generate_attempt(self.scene, self.demos, plan)
 
     def draw_variant(self, attempt: Attempt, variant: int) -> AppearanceDraw:
@@ -176,8 +186,12 @@ class ShardWorker:
         finally:
             # GL copies of restored textures are re-uploaded by the next apply(), once.
             self.appearance.restore(sync=False)
-        provenance = {**attempt.provenance, "trajectory": attempt.attempt_id, "variant": variant,
-                      "appearance": draw.to_json()}
+        provenance = {
+            **attempt.provenance,
+            "trajectory": attempt.attempt_id,
+            "variant": variant,
+            "appearance": draw.to_json(),
+        }
         return Episode(
             index=attempt.attempt_id * self.variants + variant,
             shard=attempt.shard,
@@ -202,8 +216,10 @@ class ShardWorker:
 
         bank = load_texture_bank(dataset_dir)
         if not bank:
-            raise UserError(f"{dataset_dir}: appearance.textures.bank is set in the spec but the dataset "
-                            "holds no texture bank; make the bank before running shards")
+            raise UserError(
+                f"{dataset_dir}: appearance.textures.bank is set in the spec but the dataset "
+                "holds no texture bank; make the bank before running shards"
+            )
         self.appearance.bank = list(bank)
         self._bank_loaded = True
 
@@ -218,7 +234,10 @@ class ShardWorker:
         start = time.perf_counter()
         self.load_bank(out_dir)
         episodes, failures, steps, successes, failed = [], Counter(), 0, 0, []
-        subtasks = {str(i): {"reached": 0, "failed": 0, "retries": 0} for i in range(len(self.spec.subtasks))}
+        subtasks = {
+            str(i): {"reached": 0, "failed": 0, "retries": 0}
+            for i in range(len(self.spec.subtasks))
+        }
         for attempt_id in task.attempt_ids:
             attempt = self.run_attempt(task, attempt_id)
             steps += attempt.length
@@ -276,4 +295,3 @@ def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResu
         subtasks={k: dict(v) for k, v in entry.get("subtasks", {}).items()},
         node=str(entry.get("node", "")),
     )
-

@@ -58,7 +58,9 @@ class ObsLayout:
         return out + (["time"] if self.time_scale is not None else [])
 
 
-def make_obs_layout(model: mujoco.MjModel, bodies: dict[str, int], time_scale: float | None = None) -> ObsLayout:
+def make_obs_layout(
+    model: mujoco.MjModel, bodies: dict[str, int], time_scale: float | None = None
+) -> ObsLayout:
     """The layout for spec objects `bodies` (name -> body id); each must have a free joint."""
     addresses = []
     for name, body in bodies.items():
@@ -69,8 +71,12 @@ def make_obs_layout(model: mujoco.MjModel, bodies: dict[str, int], time_scale: f
     return ObsLayout(tuple(bodies), tuple(addresses), time_scale)
 
 
-def make_observation(proprio: np.ndarray, sim_state: np.ndarray, layout: ObsLayout,
-                     step: np.ndarray | int | None = None) -> np.ndarray:
+def make_observation(
+    proprio: np.ndarray,
+    sim_state: np.ndarray,
+    layout: ObsLayout,
+    step: np.ndarray | int | None = None,
+) -> np.ndarray:
     """proprio [..., 9], sim_state [..., N] (time, qpos, qvel) and, for a layout with time, the
     step index [...] -> observation [..., layout.dim] float32."""
     proprio = np.asarray(proprio, dtype=np.float64)
@@ -87,7 +93,11 @@ def make_observation(proprio: np.ndarray, sim_state: np.ndarray, layout: ObsLayo
     if layout.time_scale is not None:
         if step is None:
             raise ValueError("this observation layout includes time: pass the step index")
-        parts.append(np.broadcast_to(np.asarray(step, dtype=np.float64) * layout.time_scale, eef.shape[:-1])[..., None])
+        parts.append(
+            np.broadcast_to(np.asarray(step, dtype=np.float64) * layout.time_scale, eef.shape[:-1])[
+                ..., None
+            ]
+        )
     return np.concatenate(parts, axis=-1).astype(np.float32)
 
 
@@ -105,27 +115,53 @@ class ChunkPolicy(nn.Module):
     With `image_shape`, a small CNN turns the image into IMAGE_FEATURES features joined to the observation.
     """
 
-    def __init__(self, obs_dim: int, horizon: int, hidden: int = 256, layers: int = 3, action_dim: int = ACTION_DIM,
-                 image_shape: tuple[int, int, int] | None = None):
+    def __init__(
+        self,
+        obs_dim: int,
+        horizon: int,
+        hidden: int = 256,
+        layers: int = 3,
+        action_dim: int = ACTION_DIM,
+        image_shape: tuple[int, int, int] | None = None,
+    ):
         super().__init__()
         self.horizon, self.action_dim = horizon, action_dim
-        self.encoder = None if image_shape is None else nn.Sequential(
-            nn.Conv2d(image_shape[0], 16, 5, stride=2, padding=2), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(32 * 16, IMAGE_FEATURES), nn.ReLU(),
+        self.encoder = (
+            None
+            if image_shape is None
+            else nn.Sequential(
+                nn.Conv2d(image_shape[0], 16, 5, stride=2, padding=2),
+                nn.ReLU(),
+                nn.Conv2d(16, 32, 3, stride=2, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(32, 32, 3, stride=2, padding=1),
+                nn.ReLU(),
+                nn.AdaptiveAvgPool2d(4),
+                nn.Flatten(),
+                nn.Linear(32 * 16, IMAGE_FEATURES),
+                nn.ReLU(),
+            )
         )
         widths = [obs_dim + (IMAGE_FEATURES if image_shape is not None else 0)] + [hidden] * layers
         blocks: list[nn.Module] = []
         for a, b in zip(widths, widths[1:], strict=False):
             blocks += [nn.Linear(a, b), nn.GELU()]
         self.net = nn.Sequential(*blocks, nn.Linear(widths[-1], horizon * action_dim))
-        for name, size in (("obs_mean", obs_dim), ("obs_std", obs_dim), ("act_mean", action_dim), ("act_std", action_dim)):
+        for name, size in (
+            ("obs_mean", obs_dim),
+            ("obs_std", obs_dim),
+            ("act_mean", action_dim),
+            ("act_std", action_dim),
+        ):
             self.register_buffer(name, torch.zeros(size) if "mean" in name else torch.ones(size))
 
-    def set_normalization(self, obs: tuple[np.ndarray, np.ndarray], act: tuple[np.ndarray, np.ndarray]) -> None:
+    def set_normalization(
+        self, obs: tuple[np.ndarray, np.ndarray], act: tuple[np.ndarray, np.ndarray]
+    ) -> None:
         """(mean, std) of observations [D] and of actions [A], from the training data."""
-        for name, value in zip(("obs_mean", "obs_std", "act_mean", "act_std"), (*obs, *act), strict=True):
+        for name, value in zip(
+            ("obs_mean", "obs_std", "act_mean", "act_std"), (*obs, *act), strict=True
+        ):
             getattr(self, name).copy_(torch.as_tensor(value, dtype=torch.float32))
 
     def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
@@ -134,7 +170,9 @@ class ChunkPolicy(nn.Module):
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return (actions - self.act_mean) / self.act_std
 
-    def forward(self, obs_normalized: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, obs_normalized: torch.Tensor, image: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if self.encoder is not None:
             obs_normalized = torch.cat([obs_normalized, self.encoder(image)], dim=-1)
         return self.net(obs_normalized).view(-1, self.horizon, self.action_dim)
@@ -144,8 +182,15 @@ class ChunkPolicy(nn.Module):
         """One raw observation [D] (and image [h, w, 3] uint8) -> raw actions [H, A] float64 (not yet
         clipped or thresholded)."""
         x = self.normalize_obs(torch.as_tensor(obs, dtype=torch.float32)[None])
-        pixels = None if image is None else torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None]
-        chunk = self.forward(x, None if pixels is None else pixels.float() / 255.0)[0] * self.act_std + self.act_mean
+        pixels = (
+            None
+            if image is None
+            else torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None]
+        )
+        chunk = (
+            self.forward(x, None if pixels is None else pixels.float() / 255.0)[0] * self.act_std
+            + self.act_mean
+        )
         return chunk.double().numpy()
 
 

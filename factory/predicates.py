@@ -113,7 +113,9 @@ def parse_predicate(text: str) -> Predicate:
     defaults = [default for _, default in kind.params]
     params = tuple(given + defaults[len(given) :])
     if name == "joint" and params[0] > params[1]:
-        raise ValueError(f"joint takes joint(object, low, high) with low <= high, got {text.strip()!r}")
+        raise ValueError(
+            f"joint takes joint(object, low, high) with low <= high, got {text.strip()!r}"
+        )
     return Predicate(name, objects, params)
 
 

@@ -114,7 +114,9 @@ class SheetLayout:
     @property
     def row_height(self) -> int:
         """Caption, frames and the gap below them."""
-        return self.line_height + _FRAME_GAP + max(c.display_size[1] for c in self.cameras) + _ROW_GAP
+        return (
+            self.line_height + _FRAME_GAP + max(c.display_size[1] for c in self.cameras) + _ROW_GAP
+        )
 
     def group_width(self, camera: int) -> int:
         """Width of one camera's three columns."""
@@ -166,7 +168,7 @@ def sheet_records(records: Sequence[EpisodeRecord], episodes: int) -> tuple[Epis
     chosen = list(records[:episodes])
     if records and "trajectory" in records[0].provenance:
         first = records[0].provenance["trajectory"]
-        chosen += [r for r in records[len(chosen):] if r.provenance.get("trajectory") == first]
+        chosen += [r for r in records[len(chosen) :] if r.provenance.get("trajectory") == first]
     return tuple(chosen)
 
 
@@ -189,7 +191,9 @@ def _write_sheet(dataset: _Dataset, out_png: Path, episodes: int) -> Path:
     wanted = {record.index: set(sheet_steps(record.length)) for record in chosen}
     frames: dict[tuple[int, str, int], Image.Image] = {}
     for shard, group in _by_shard(chosen).items():
-        for index, camera, step, image in _iter_frames(dataset, shard, {r.index: wanted[r.index] for r in group}):
+        for index, camera, step, image in _iter_frames(
+            dataset, shard, {r.index: wanted[r.index] for r in group}
+        ):
             frames[index, camera, step] = image
     _check_complete(dataset, chosen, wanted, frames)
     layout = make_sheet_layout(dataset.cameras, len(chosen))
@@ -200,7 +204,9 @@ def _write_sheet(dataset: _Dataset, out_png: Path, episodes: int) -> Path:
     return out_png
 
 
-def write_episode_videos(dataset_dir: Path, out_dir: Path, episode: int | None = None) -> list[Path]:
+def write_episode_videos(
+    dataset_dir: Path, out_dir: Path, episode: int | None = None
+) -> list[Path]:
     """One H.264 mp4 a camera of one episode (default: the lowest index) at the dataset's fps.
 
     Files are ``out_dir/e00000042_<camera>.mp4``, in the order of the cameras in
@@ -267,9 +273,13 @@ def _load_dataset(dataset_dir: Path) -> _Dataset:
         raise UserError(f"{path}: not a demofactory dataset (no dataset_info.json)")
     cameras = _cameras(path, info)
     if not cameras:
-        raise UserError(f"{path}: a low-dimensional dataset (no cameras in dataset_info.json): nothing to preview")
+        raise UserError(
+            f"{path}: a low-dimensional dataset (no cameras in dataset_info.json): nothing to preview"
+        )
     if not records:
-        raise UserError(f"{path}: no episodes in episodes.jsonl (an unfinished run? run `factory run` again to finish it)")
+        raise UserError(
+            f"{path}: no episodes in episodes.jsonl (an unfinished run? run `factory run` again to finish it)"
+        )
     fps = info.get("fps")
     if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0:
         raise UserError(f"{path}: dataset_info.json: 'fps' must be a number > 0, got {fps!r}")
@@ -289,9 +299,13 @@ def _cameras(path: Path, info: Mapping[str, Any]) -> tuple[Camera, ...]:
         try:
             camera = Camera(entry["name"], entry["width"], entry["height"])
         except (KeyError, TypeError):
-            raise UserError(f"{path}: dataset_info.json: cameras[{i}] needs name, width, height; got {entry!r}") from None
+            raise UserError(
+                f"{path}: dataset_info.json: cameras[{i}] needs name, width, height; got {entry!r}"
+            ) from None
         if not all(isinstance(v, int) and v > 0 for v in (camera.width, camera.height)):
-            raise UserError(f"{path}: dataset_info.json: cameras[{i}] width and height must be ints > 0, got {entry!r}")
+            raise UserError(
+                f"{path}: dataset_info.json: cameras[{i}] width and height must be ints > 0, got {entry!r}"
+            )
         cameras.append(camera)
     return tuple(cameras)
 
@@ -304,7 +318,9 @@ def _pick_episode(dataset: _Dataset, episode: int | None) -> EpisodeRecord:
             return record
     indices = [record.index for record in dataset.records]
     shown = ", ".join(map(str, indices[:8])) + (", ..." if len(indices) > 8 else "")
-    raise UserError(f"{dataset.path}: no episode {episode} in episodes.jsonl; its episodes are {shown}")
+    raise UserError(
+        f"{dataset.path}: no episode {episode} in episodes.jsonl; its episodes are {shown}"
+    )
 
 
 def _by_shard(records: Sequence[EpisodeRecord]) -> dict[str, list[EpisodeRecord]]:
@@ -341,7 +357,12 @@ def _iter_frames(
                 camera = cameras.get(rest.removesuffix(".jpg")) if rest.endswith(".jpg") else None
                 if camera is None or (steps is not None and step not in steps):
                     continue
-                yield index, camera.name, step, _decode(shard, member, tar.extractfile(member), camera)
+                yield (
+                    index,
+                    camera.name,
+                    step,
+                    _decode(shard, member, tar.extractfile(member), camera),
+                )
     except (OSError, tarfile.TarError) as err:  # PIL's UnidentifiedImageError is an OSError
         raise UserError(f"{shard}: cannot read frames ({err})") from None
 
@@ -352,8 +373,10 @@ def _check_listed(dataset: _Dataset, shard_name: str) -> None:
         return
     info = dataset.manifest.by_name().get(shard_name)
     if info is None:
-        raise UserError(f"{shards_dir(dataset.path) / shard_name}: holds episodes of episodes.jsonl, "
-                        "yet manifest.json does not list it (an unfinished run? run factory verify)")
+        raise UserError(
+            f"{shards_dir(dataset.path) / shard_name}: holds episodes of episodes.jsonl, "
+            "yet manifest.json does not list it (an unfinished run? run factory verify)"
+        )
     try:
         check_shard(dataset.path, info)
     except ValueError as err:  # DatasetError
@@ -379,7 +402,9 @@ def _check_complete(
 ) -> None:
     for record in records:
         for camera in dataset.cameras:
-            missing = sorted(s for s in wanted[record.index] if (record.index, camera.name, s) not in frames)
+            missing = sorted(
+                s for s in wanted[record.index] if (record.index, camera.name, s) not in frames
+            )
             if missing:
                 raise UserError(
                     f"{shards_dir(dataset.path) / record.shard}: episode {record.index} has no "
@@ -395,8 +420,14 @@ def _encode_videos(dataset: _Dataset, record: EpisodeRecord, temps: Sequence[Pat
         writers = {
             camera.name: stack.enter_context(
                 imageio.get_writer(
-                    tmp, format="FFMPEG", mode="I", fps=dataset.fps, codec="libx264",
-                    pixelformat="yuv420p", quality=8, macro_block_size=2,
+                    tmp,
+                    format="FFMPEG",
+                    mode="I",
+                    fps=dataset.fps,
+                    codec="libx264",
+                    pixelformat="yuv420p",
+                    quality=8,
+                    macro_block_size=2,
                 )
             )
             for camera, tmp in zip(dataset.cameras, temps, strict=True)
@@ -446,7 +477,9 @@ def _draw_sheet(
             _centred(draw, word, font, x0, x1 - x0, header_y + layout.line_height, _MUTED)
     for row, record in enumerate(records):
         y = layout.caption_y(row)
-        draw.line((_MARGIN, y - _ROW_GAP // 2, layout.width - _MARGIN, y - _ROW_GAP // 2), fill=_RULE)
+        draw.line(
+            (_MARGIN, y - _ROW_GAP // 2, layout.width - _MARGIN, y - _ROW_GAP // 2), fill=_RULE
+        )
         steps = sheet_steps(record.length)
         caption = (
             f"episode {record.index}{_variant_caption(record)}   \u201c{record.instruction}\u201d   "
@@ -466,7 +499,9 @@ def _variant_caption(record: EpisodeRecord) -> str:
     if "variant" not in prov:
         return ""
     look = prov.get("appearance") or {}
-    original = " (original)" if not any(look.get(key) for key in ("surfaces", "lights", "cameras")) else ""
+    original = (
+        " (original)" if not any(look.get(key) for key in ("surfaces", "lights", "cameras")) else ""
+    )
     return f"  \u00b7  trajectory {prov.get('trajectory')}, variant {prov['variant']}{original}"
 
 
@@ -489,6 +524,8 @@ def _fit(draw: ImageDraw.ImageDraw, text: str, font: Any, width: int) -> str:
     return text.rstrip() + "..."
 
 
-def _centred(draw: ImageDraw.ImageDraw, text: str, font: Any, x: int, width: int, y: int, fill: tuple) -> None:
+def _centred(
+    draw: ImageDraw.ImageDraw, text: str, font: Any, x: int, width: int, y: int, fill: tuple
+) -> None:
     text = _fit(draw, text, font, width)
     draw.text((x + (width - draw.textlength(text, font=font)) / 2, y), text, fill=fill, font=font)

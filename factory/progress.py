@@ -59,14 +59,16 @@ def format_progress(state: ProgressState, elapsed_s: float) -> str:
     rate = state.successes / state.attempts if state.attempts else 0.0
     per_min = state.successes_run * state.variants * 60.0 / elapsed_s if elapsed_s > 0 else 0.0
     target = f"/{state.target_successes}" if state.target_successes is not None else ""
-    return " · ".join([
-        f"shards {state.shards_done}/{state.shards_total}",
-        f"attempts {state.attempts}/{state.attempts_total}",
-        f"successes {state.successes}{target} ({rate:.0%})",
-        f"{per_min:.1f} ep/min",
-        f"ETA {format_duration(eta_seconds(state, elapsed_s))}",
-        f"workers {state.workers}",
-    ])
+    return " · ".join(
+        [
+            f"shards {state.shards_done}/{state.shards_total}",
+            f"attempts {state.attempts}/{state.attempts_total}",
+            f"successes {state.successes}{target} ({rate:.0%})",
+            f"{per_min:.1f} ep/min",
+            f"ETA {format_duration(eta_seconds(state, elapsed_s))}",
+            f"workers {state.workers}",
+        ]
+    )
 
 
 class RunProgress:
@@ -76,8 +78,12 @@ class RunProgress:
         self.state, self.enabled, self._clock = state, enabled, clock
         self._start = clock()
         self._bar = tqdm(
-            total=state.attempts_total, disable=not enabled, file=sys.stderr, dynamic_ncols=True,
-            mininterval=0.5, bar_format="generating: {percentage:3.0f}%|{bar}| {desc}",  # desc: our text
+            total=state.attempts_total,
+            disable=not enabled,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            mininterval=0.5,
+            bar_format="generating: {percentage:3.0f}%|{bar}| {desc}",  # desc: our text
         )
 
     def resumed(self, shards: int, attempts: int, successes: int) -> None:
@@ -112,7 +118,9 @@ class RunProgress:
             print(f"warning: {line}", file=sys.stderr, flush=True)
 
     def _set_text(self) -> None:
-        self._bar.set_description_str(format_progress(self.state, self._clock() - self._start), refresh=False)
+        self._bar.set_description_str(
+            format_progress(self.state, self._clock() - self._start), refresh=False
+        )
 
     def _refresh(self) -> None:
         self._set_text()

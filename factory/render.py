@@ -59,7 +59,11 @@ class FrameRenderer:
     """
 
     def __init__(
-        self, scene: Scene, cameras: Sequence[CameraSpec], settings: RenderSpec, encode_threads: int = 0
+        self,
+        scene: Scene,
+        cameras: Sequence[CameraSpec],
+        settings: RenderSpec,
+        encode_threads: int = 0,
     ):
         self.scene, self.cameras, self.settings = scene, list(cameras), settings
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
@@ -79,7 +83,9 @@ class FrameRenderer:
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
         size = (cam.height, cam.width)
         if size not in self._renderers:
-            self._renderers[size] = mujoco.Renderer(self.scene.model, height=cam.height, width=cam.width)
+            self._renderers[size] = mujoco.Renderer(
+                self.scene.model, height=cam.height, width=cam.width
+            )
         return self._renderers[size]
 
     def upload_textures(self, texture_ids: Iterable[int]) -> None:
@@ -164,7 +170,9 @@ class FrameRenderer:
             if view.depth is not None:
                 one["depth"] = encode_depth_png(view.depth)
             if view.labels is not None:
-                one["segmentation"] = encode_segmentation_png(view.labels, segmentation_bits(cam.segmentation))
+                one["segmentation"] = encode_segmentation_png(
+                    view.labels, segmentation_bits(cam.segmentation)
+                )
             encoded[cam.name] = one
         return encoded
 

@@ -39,12 +39,17 @@ def summarize(dataset_dir: Path) -> dict:
         "env": info["env"],
         "attempts": attempts,
         "attempts_planned": planned,
-        "complete": attempts is not None and (attempts >= planned or (target is not None and successes >= target))
-                    or seeds,
+        "complete": attempts is not None
+        and (attempts >= planned or (target is not None and successes >= target))
+        or seeds,
         "source": info.get("source", "generated"),
         "target_successes": target,
         "successes": successes,
-        "success_rate": round(successes / attempts, 4) if attempts else None if attempts is None else 0.0,
+        "success_rate": round(successes / attempts, 4)
+        if attempts
+        else None
+        if attempts is None
+        else 0.0,
         "failures": dict(sorted(failures.items())),
         "retries": sum(row["retries"] for row in subtasks),
         "subtasks": subtasks,
@@ -62,12 +67,17 @@ def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
     rows = []
     for i, sub in enumerate(specs):
         counts = [s.get("subtasks", {}).get(str(i), {}) for s in shards]
-        rows.append({
-            "index": i,
-            "object": sub["object"],
-            "ends_when": sub["ends_when"] or "success",
-            **{key: sum(c.get(key, 0) for c in counts) for key in ("reached", "failed", "retries")},
-        })
+        rows.append(
+            {
+                "index": i,
+                "object": sub["object"],
+                "ends_when": sub["ends_when"] or "success",
+                **{
+                    key: sum(c.get(key, 0) for c in counts)
+                    for key in ("reached", "failed", "retries")
+                },
+            }
+        )
     return rows
 
 
@@ -77,8 +87,14 @@ def format_summary(summary: dict) -> str:
         unknown = f"unknown: {GENERATION_FILENAME} is missing (run the same `factory run` again to rebuild it)"
         counts = [("attempts", unknown), ("successes", "unknown")]
     else:
-        counts = [("attempts", f"{summary['attempts']} of {summary['attempts_planned']} planned" + _completion(summary)),
-                  ("successes", f"{summary['successes']}  ({summary['success_rate']:.1%})")]
+        counts = [
+            (
+                "attempts",
+                f"{summary['attempts']} of {summary['attempts_planned']} planned"
+                + _completion(summary),
+            ),
+            ("successes", f"{summary['successes']}  ({summary['success_rate']:.1%})"),
+        ]
     rows = [
         ("dataset", f"{summary['path']}  ({summary['name']}, {summary['env']})"),
         *counts,
@@ -91,10 +107,12 @@ def format_summary(summary: dict) -> str:
         ("wall time", f"{summary['wall_s']:.1f} s"),
     ]
     for row in summary["subtasks"]:
-        rows.append((
-            f"subtask {row['index']}",
-            f"{row['ends_when']:<22} reached {row['reached']:>5}  failed {row['failed']:>5}  retries {row['retries']:>5}",
-        ))
+        rows.append(
+            (
+                f"subtask {row['index']}",
+                f"{row['ends_when']:<22} reached {row['reached']:>5}  failed {row['failed']:>5}  retries {row['retries']:>5}",
+            )
+        )
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

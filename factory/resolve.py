@@ -32,23 +32,32 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
     _check_names(spec)
     for i, rel in enumerate(spec.seed_demos):
         if not spec.resolve_path(rel).is_file():
-            raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {spec.resolve_path(rel)}")
+            raise SpecError(
+                spec.path, f"seed_demos[{i}]", f"file not found: {spec.resolve_path(rel)}"
+            )
     try:
         scene = Scene(spec)
     except SpecError:
         raise
     except Exception as err:  # robosuite raises bare exceptions for unusable combinations
-        raise SpecError(spec.path, "task", f"robosuite cannot build {spec.task.env} with {spec.task.robot}: {err}") from None
+        raise SpecError(
+            spec.path,
+            "task",
+            f"robosuite cannot build {spec.task.env} with {spec.task.robot}: {err}",
+        ) from None
     cameras = scene.camera_names()
     for i, cam in enumerate(spec.cameras):
         if cam.name not in cameras:
             raise SpecError(
-                spec.path, f"cameras[{i}].name",
+                spec.path,
+                f"cameras[{i}].name",
                 f"unknown camera {cam.name!r} in the {spec.task.env} model (expected one of: {', '.join(cameras)})",
             )
     demos = prepare_demos(spec, scene)
     if demos:
-        check_placement(spec, scene, {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()})
+        check_placement(
+            spec, scene, {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}
+        )
     return Resolved(spec=spec, scene=scene, demos=demos)
 
 
@@ -64,7 +73,8 @@ def check_placement(spec: SceneSpec, scene: Scene, start_xy: dict[str, np.ndarra
         ):
             if start + lo < low_edge or start + hi > high_edge:
                 raise SpecError(
-                    spec.path, f"placement.objects.{name}.{axis}",
+                    spec.path,
+                    f"placement.objects.{name}.{axis}",
                     f"[{lo}, {hi}] moves {name} off the table ({axis} from {start + lo:.2f} to {start + hi:.2f} m, "
                     f"the table spans {low_edge:.2f} to {high_edge:.2f} m); expected offsets within "
                     f"[{low_edge - start:.2f}, {high_edge - start:.2f}]",
@@ -74,15 +84,21 @@ def check_placement(spec: SceneSpec, scene: Scene, start_xy: dict[str, np.ndarra
         try:  # the sampler generation uses, with many more draws than an attempt gets
             sample_placement(spec.placement, start_xy, np.random.default_rng(0), max_tries=2000)
         except RuntimeError:
-            raise SpecError(spec.path, "placement.min_separation",
-                            f"{separation} m cannot be met: no placement within placement.objects' ranges keeps "
-                            "every pair of objects that far apart (2000 draws); expected a smaller distance "
-                            "or wider ranges") from None
+            raise SpecError(
+                spec.path,
+                "placement.min_separation",
+                f"{separation} m cannot be met: no placement within placement.objects' ranges keeps "
+                "every pair of objects that far apart (2000 draws); expected a smaller distance "
+                "or wider ranges",
+            ) from None
 
 
 def _table_rect(scene: Scene) -> tuple[tuple[float, float], tuple[float, float]] | None:
     # robosuite's table-top tasks (Lift, Stack, ...) say where their table is; other arenas do not.
-    size, offset = getattr(scene.env, "table_full_size", None), getattr(scene.env, "table_offset", None)
+    size, offset = (
+        getattr(scene.env, "table_full_size", None),
+        getattr(scene.env, "table_offset", None),
+    )
     if size is None or offset is None:
         return None
     return tuple((float(offset[i]) - size[i] / 2, float(offset[i]) + size[i] / 2) for i in range(2))
@@ -93,7 +109,15 @@ def _check_names(spec: SceneSpec) -> None:
 
     envs = sorted(robosuite.ALL_ENVIRONMENTS)
     if spec.task.env not in envs:
-        raise SpecError(spec.path, "task.env", f"unknown robosuite env {spec.task.env!r} (expected one of: {', '.join(envs)})")
+        raise SpecError(
+            spec.path,
+            "task.env",
+            f"unknown robosuite env {spec.task.env!r} (expected one of: {', '.join(envs)})",
+        )
     robots = sorted(robosuite.ALL_ROBOTS)
     if spec.task.robot not in robots:
-        raise SpecError(spec.path, "task.robot", f"unknown robot {spec.task.robot!r} (expected one of: {', '.join(robots)})")
+        raise SpecError(
+            spec.path,
+            "task.robot",
+            f"unknown robot {spec.task.robot!r} (expected one of: {', '.join(robots)})",
+        )

@@ -69,7 +69,9 @@ from shards.format import (
 )
 from shards.metadata import camera_entry
 
-if TYPE_CHECKING:  # ray is imported by the commands that start a cluster, not by every user of this module
+if (
+    TYPE_CHECKING
+):  # ray is imported by the commands that start a cluster, not by every user of this module
     from cluster.runner import ClusterConfig, ShardCluster
 
 GPUS_ENV = "DEMOFACTORY_GPUS_PER_WORKER"
@@ -77,7 +79,10 @@ GPUS_ENV = "DEMOFACTORY_GPUS_PER_WORKER"
 
 def dataset_info(spec: SceneSpec, state_size: int) -> dict:
     """The dataset card: layout, cameras, versions and the spec itself."""
-    versions = {pkg: _version(pkg) for pkg in ("demofactory", "robosuite", "mujoco", "numpy", "ray", "webdataset")}
+    versions = {
+        pkg: _version(pkg)
+        for pkg in ("demofactory", "robosuite", "mujoco", "numpy", "ray", "webdataset")
+    }
     versions["python"] = platform.python_version()
     return {
         "name": spec.name,
@@ -85,16 +90,29 @@ def dataset_info(spec: SceneSpec, state_size: int) -> dict:
         "env": spec.task.env,
         "robot": spec.task.robot,
         "cameras": [
-            camera_entry(c.name, c.width, c.height, c.depth, c.segmentation, list(spec.objects)) for c in spec.cameras
+            camera_entry(c.name, c.width, c.height, c.depth, c.segmentation, list(spec.objects))
+            for c in spec.cameras
         ],
-        "state": {"dim": sum(n for _, n in PROPRIO_LAYOUT), "layout": [[k, n] for k, n in PROPRIO_LAYOUT]},
-        "action": {"dim": sum(n for _, n in ACTION_LAYOUT), "layout": [[k, n] for k, n in ACTION_LAYOUT],
-                   "controller": spec.task.controller, "range": [-1.0, 1.0]},
+        "state": {
+            "dim": sum(n for _, n in PROPRIO_LAYOUT),
+            "layout": [[k, n] for k, n in PROPRIO_LAYOUT],
+        },
+        "action": {
+            "dim": sum(n for _, n in ACTION_LAYOUT),
+            "layout": [[k, n] for k, n in ACTION_LAYOUT],
+            "controller": spec.task.controller,
+            "range": [-1.0, 1.0],
+        },
         "sim_state": {"dim": state_size, "layout": "time, qpos, qvel (MuJoCo, flattened)"},
         "instructions": list(spec.instructions),
         "sample_keys": [
-            "<camera>.jpg", "<camera>_depth.png (cameras with depth)", "<camera>_seg.png (cameras with segmentation)",
-            "action.npy", "state.npy", "sim_state.npy", "meta.json",
+            "<camera>.jpg",
+            "<camera>_depth.png (cameras with depth)",
+            "<camera>_seg.png (cameras with segmentation)",
+            "action.npy",
+            "state.npy",
+            "sim_state.npy",
+            "meta.json",
         ],
         "versions": versions,
         "spec_fingerprint": spec.fingerprint(),
@@ -109,7 +127,9 @@ def _version(pkg: str) -> str:
         return "unknown"
 
 
-def finished_results(out_dir: Path, tasks: Sequence[ShardTask], verify: bool = True) -> dict[str, ShardResult]:
+def finished_results(
+    out_dir: Path, tasks: Sequence[ShardTask], verify: bool = True
+) -> dict[str, ShardResult]:
     """Shards already done: in the manifest, checksum matching, same attempts as planned.
 
     verify=False skips the checksums (a quick look: what is left to do, at most).
@@ -157,7 +177,10 @@ class DatasetRecorder:
 
     def maybe_commit(self) -> None:
         """Commit what is pending unless the last commit was too recent (see the class doc)."""
-        if self._pending and self._clock() - self._last_commit >= self._commit_s / self.COMMIT_COST_SHARE:
+        if (
+            self._pending
+            and self._clock() - self._last_commit >= self._commit_s / self.COMMIT_COST_SHARE
+        ):
             self.commit()
 
     def commit(self) -> None:
@@ -173,7 +196,10 @@ class DatasetRecorder:
     def _save_generation(self, wall_s: float | None = None) -> None:
         if wall_s is not None:
             self._extra["wall_s"] = round(self._extra.get("wall_s", 0.0) + wall_s, 3)
-        data = {**self._extra, "shards": {name: r.to_json() for name, r in sorted(self.results.items())}}
+        data = {
+            **self._extra,
+            "shards": {name: r.to_json() for name, r in sorted(self.results.items())},
+        }
         path = self.out_dir / GENERATION_FILENAME
         self._save(GENERATION_FILENAME, lambda: write_text_atomic(path, dumps_json(data, indent=2)))
 
@@ -201,7 +227,9 @@ class DatasetRecorder:
         """Unlist shards (manifest, then generation.json), then remove their files."""
         for name in names:
             self.results.pop(name, None)
-        self._save(MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest))  # unlisted first
+        self._save(
+            MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest)
+        )  # unlisted first
         self._save_generation()
         for name in names:
             (shards_dir(self.out_dir) / name).unlink(missing_ok=True)
@@ -216,7 +244,10 @@ class DatasetRecorder:
         names = [info.name for info in self.manifest.shards if info.samples > 0]
         extra = {"episodes": len(records), "transitions": sum(e.length for e in records)}
         if names:
-            self._save(STATS_FILENAME, lambda: save_stats(self.out_dir, compute_stats(self.out_dir, names), extra))
+            self._save(
+                STATS_FILENAME,
+                lambda: save_stats(self.out_dir, compute_stats(self.out_dir, names), extra),
+            )
 
 
 def _remove_stale_temporaries(out_dir: Path) -> None:
@@ -243,7 +274,10 @@ def lock_output_dir(out_dir: Path):
             f"{out_dir}: another `factory run` is writing this dataset ({holder}); wait for it or choose another --out"
         ) from None
     except OSError as err:  # a file system without locks (some NFS set-ups): run, but say so
-        print(f"warning: {path}: cannot lock ({err.strerror}); make sure no other run writes here", file=sys.stderr)
+        print(
+            f"warning: {path}: cannot lock ({err.strerror}); make sure no other run writes here",
+            file=sys.stderr,
+        )
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
@@ -258,7 +292,9 @@ def gpus_per_worker(spec: SceneSpec) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise UserError(f"${GPUS_ENV}: expected a number >= 0 (e.g. 1 or 0.25), got {text!r}") from None
+            raise UserError(
+                f"${GPUS_ENV}: expected a number >= 0 (e.g. 1 or 0.25), got {text!r}"
+            ) from None
         if not 0 <= value < float("inf"):  # NaN fails this too
             raise UserError(f"${GPUS_ENV}: expected a number >= 0 (e.g. 1 or 0.25), got {text!r}")
         return value
@@ -266,7 +302,11 @@ def gpus_per_worker(spec: SceneSpec) -> float:
 
 
 def run_dataset(
-    spec: SceneSpec, out_dir: Path, workers: int | None, address: str | None, show_progress: bool = True,
+    spec: SceneSpec,
+    out_dir: Path,
+    workers: int | None,
+    address: str | None,
+    show_progress: bool = True,
     truncate: bool = False,
 ) -> None:
     """Build (or resume) the dataset of `spec` in `out_dir` on Ray.
@@ -283,10 +323,19 @@ def run_dataset(
     tasks = plan_shards(spec)
     config = ClusterConfig(workers=workers, address=address, gpus_per_worker=gpus_per_worker(spec))
     left = _shards_left(out_dir, spec, tasks, truncate) if resuming else len(tasks)
-    with ThreadPoolExecutor(1, thread_name_prefix="resolve") as pool, contextlib.ExitStack() as stack:
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="resolve") as pool,
+        contextlib.ExitStack() as stack,
+    ):
         resolving = pool.submit(resolve_spec, spec)
-        cluster = stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=left)) if left else None
-        resolved = resolving.result()  # a bad spec raises here; the cluster goes, nothing was written
+        cluster = (
+            stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=left))
+            if left
+            else None
+        )
+        resolved = (
+            resolving.result()
+        )  # a bad spec raises here; the cluster goes, nothing was written
         if not resolved.demos:
             raise SpecError(spec.path, "seed_demos", "at least one seed demo is needed to generate")
         try:
@@ -296,10 +345,14 @@ def run_dataset(
         with lock_output_dir(out_dir):
             # Again, under the lock: another run may have written here since the first look.
             resuming = check_output_dir(out_dir, spec, truncate)
-            _run_locked(resolved, tasks, out_dir, resuming, truncate, config, cluster, show_progress)
+            _run_locked(
+                resolved, tasks, out_dir, resuming, truncate, config, cluster, show_progress
+            )
 
 
-def _shards_left(out_dir: Path, spec: SceneSpec, tasks: Sequence[ShardTask], truncate: bool = False) -> int:
+def _shards_left(
+    out_dir: Path, spec: SceneSpec, tasks: Sequence[ShardTask], truncate: bool = False
+) -> int:
     """A quick look (no checksums, no lock) at how many shards a resumed run has left: 0 starts no cluster.
 
     A run that would shrink the dataset is refused here already (and again under the lock).
@@ -311,17 +364,29 @@ def _shards_left(out_dir: Path, spec: SceneSpec, tasks: Sequence[ShardTask], tru
     except (DatasetError, UnicodeDecodeError):  # repaired under the lock; everything may be left
         return len(tasks)
     if dropped:
-        refuse_shrinking(out_dir, spec, dropped, prefix_stops=shard_prefix(done, target, tasks) is not None)
+        refuse_shrinking(
+            out_dir, spec, dropped, prefix_stops=shard_prefix(done, target, tasks) is not None
+        )
     if shard_prefix(done, target, tasks) is not None:
         return 0
     return len(tasks) - len(done)
 
 
-def _run_locked(resolved: Resolved, tasks: Sequence[ShardTask], out_dir: Path, resuming: bool, truncate: bool,
-                config: ClusterConfig, cluster: ShardCluster | None, show_progress: bool) -> None:
+def _run_locked(
+    resolved: Resolved,
+    tasks: Sequence[ShardTask],
+    out_dir: Path,
+    resuming: bool,
+    truncate: bool,
+    config: ClusterConfig,
+    cluster: ShardCluster | None,
+    show_progress: bool,
+) -> None:
     spec = resolved.spec
     target = spec.generation.target_successes
-    if resuming and require_dataset_info(out_dir).get("source") == SEEDS_SOURCE:  # with --truncate only
+    if (
+        resuming and require_dataset_info(out_dir).get("source") == SEEDS_SOURCE
+    ):  # with --truncate only
         clear_dataset(out_dir)
         resuming = False
     if resuming:
@@ -329,7 +394,9 @@ def _run_locked(resolved: Resolved, tasks: Sequence[ShardTask], out_dir: Path, r
     done = finished_results(out_dir, tasks) if resuming else {}
     dropped = shards_dropped(out_dir, tasks, done, target) if resuming else []
     if dropped and not truncate:
-        refuse_shrinking(out_dir, spec, dropped, prefix_stops=shard_prefix(done, target, tasks) is not None)
+        refuse_shrinking(
+            out_dir, spec, dropped, prefix_stops=shard_prefix(done, target, tasks) is not None
+        )
     shards_dir(out_dir).mkdir(exist_ok=True)
     _remove_stale_temporaries(out_dir)
     save_dataset_info(out_dir, dataset_info(spec, resolved.scene.state_size))
@@ -344,12 +411,20 @@ def _run_locked(resolved: Resolved, tasks: Sequence[ShardTask], out_dir: Path, r
     todo = (t for t in tasks if t.name not in recorder.results)  # lazily: a plan may hold millions
     if recorder.prefix_for(target, tasks) is not None:
         left = 0
-    state = ProgressState(shards_total=len(tasks), attempts_total=spec.generation.attempts, target_successes=target,
-                          variants=spec.appearance.variants_per_trajectory)
+    state = ProgressState(
+        shards_total=len(tasks),
+        attempts_total=spec.generation.attempts,
+        target_successes=target,
+        variants=spec.appearance.variants_per_trajectory,
+    )
     start = time.perf_counter()
     with RunProgress(state, enabled=show_progress) as progress, contextlib.ExitStack() as stack:
         kept_before = list(recorder.results.values())  # what is left of `done` after --truncate
-        progress.resumed(len(kept_before), sum(r.attempts for r in kept_before), sum(r.successes for r in kept_before))
+        progress.resumed(
+            len(kept_before),
+            sum(r.attempts for r in kept_before),
+            sum(r.successes for r in kept_before),
+        )
 
         def on_result(result: ShardResult) -> None:
             recorder.record(result)
@@ -366,8 +441,13 @@ def _run_locked(resolved: Resolved, tasks: Sequence[ShardTask], out_dir: Path, r
         try:
             if left:
                 cluster.run(
-                    resolved.demos, todo, on_result, on_attempt=progress.attempt, should_stop=should_stop,
-                    on_workers=progress.workers, on_warning=progress.warn,
+                    resolved.demos,
+                    todo,
+                    on_result,
+                    on_attempt=progress.attempt,
+                    should_stop=should_stop,
+                    on_workers=progress.workers,
+                    on_warning=progress.warn,
                 )
         except BaseException:
             with contextlib.suppress(DatasetWriteError):  # the first error is the one to report

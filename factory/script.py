@@ -93,7 +93,9 @@ def nearer_half_turn(rot: np.ndarray) -> np.ndarray:
     return flipped if angle[1] < angle[0] - 1e-9 else rot
 
 
-def waypoint_target(point: WaypointSpec, object_pose: np.ndarray | None, previous: np.ndarray) -> np.ndarray:
+def waypoint_target(
+    point: WaypointSpec, object_pose: np.ndarray | None, previous: np.ndarray
+) -> np.ndarray:
     """[4, 4] world target of a waypoint.
 
     object_pose: the `relative_to` object's pose now ([4, 4]; None when the waypoint has none).
@@ -138,7 +140,9 @@ def run_waypoints(scene: Scene, waypoints: list[WaypointSpec]) -> tuple[np.ndarr
         target = waypoint_target(point, obj, previous)
         grip = GRIPPER_ACTION[point.gripper]
         for pose in interpolate_poses(previous, target, point.steps):
-            action = np.append(pose_to_delta_action(pose, scene.eef_pose(), max_dpos, max_drot, frame), grip)
+            action = np.append(
+                pose_to_delta_action(pose, scene.eef_pose(), max_dpos, max_drot, frame), grip
+            )
             states.append(scene.get_state())
             actions.append(action)
             scene.step(action)
@@ -165,7 +169,9 @@ def _placement(scene: Scene, base: np.ndarray, index: int, attempt: int, seed: i
     return sample_placement(scene.spec.placement, start_xy, np.random.default_rng(seed))
 
 
-def record_demo(scene: Scene, index: int, base: np.ndarray, log: Callable[[str], None] = lambda line: None) -> ScriptedDemo:
+def record_demo(
+    scene: Scene, index: int, base: np.ndarray, log: Callable[[str], None] = lambda line: None
+) -> ScriptedDemo:
     """Demo `index` of the spec's script from the `base` layout: tries placements until one succeeds."""
     spec = scene.spec
     script = spec.script
@@ -179,13 +185,18 @@ def record_demo(scene: Scene, index: int, base: np.ndarray, log: Callable[[str],
             states, actions = run_waypoints(scene, list(script.waypoints))
             why = _failure(scene, states)
         except Exception as err:  # MuJoCo instabilities and controller errors end this try only
-            states, actions, why = np.zeros((0, scene.state_size)), np.zeros((0, 7)), f"simulator error: {err}"
+            states, actions, why = (
+                np.zeros((0, scene.state_size)),
+                np.zeros((0, 7)),
+                f"simulator error: {err}",
+            )
         log(f"demo {index}, try {attempt + 1}: {why or 'success'} ({len(actions)} steps)")
         if not why:
             return ScriptedDemo(states, actions, fixtures, placement.to_json(), seed, attempt + 1)
         reasons.append(why)
     raise SpecError(
-        spec.path, "script.waypoints",
+        spec.path,
+        "script.waypoints",
         f"demo {index}: the task's success did not hold after {script.tries} tries "
         f"(last: {reasons[-1]}); check the waypoints against the objects' sizes and the success check",
     )
@@ -203,7 +214,9 @@ def _failure(scene: Scene, states: np.ndarray) -> str:
     return ""
 
 
-def record_demos(scene: Scene, count: int, log: Callable[[str], None] = lambda line: None) -> list[ScriptedDemo]:
+def record_demos(
+    scene: Scene, count: int, log: Callable[[str], None] = lambda line: None
+) -> list[ScriptedDemo]:
     """`count` successful demos of the spec's script, demo i from seeds (spec seed, i, try)."""
     base = base_state(scene)
     return [record_demo(scene, index, base, log) for index in range(count)]
@@ -230,8 +243,12 @@ def env_info(spec: SceneSpec) -> str:
     from robosuite.controllers import load_composite_controller_config
 
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
-    info = {"env_name": spec.task.env, "robots": [spec.task.robot], "controller_configs": controller,
-            "control_freq": spec.task.control_freq}
+    info = {
+        "env_name": spec.task.env,
+        "robots": [spec.task.robot],
+        "controller_configs": controller,
+        "control_freq": spec.task.control_freq,
+    }
     return json.dumps(info)
 
 
@@ -245,19 +262,33 @@ def save_demos(path: Path, spec: SceneSpec, model_xml: str, demos: list[Scripted
     try:
         with h5py.File(tmp, "w") as f:
             data = f.create_group("data")
-            data.attrs.update({
-                "env": spec.task.env, "env_info": env_info(spec), "repository_version": robosuite.__version__,
-                "date": now.strftime("%m-%d-%Y"), "time": now.strftime("%H:%M:%S"),
-                "source": f"factory script {spec.path.name} (seed {spec.seed})",
-            })
+            data.attrs.update(
+                {
+                    "env": spec.task.env,
+                    "env_info": env_info(spec),
+                    "repository_version": robosuite.__version__,
+                    "date": now.strftime("%m-%d-%Y"),
+                    "time": now.strftime("%H:%M:%S"),
+                    "source": f"factory script {spec.path.name} (seed {spec.seed})",
+                }
+            )
             for i, demo in enumerate(demos, start=1):
                 group = data.create_group(f"demo_{i}")
-                group.create_dataset("states", data=np.asarray(demo.states, dtype=np.float64), compression="gzip")
-                group.create_dataset("actions", data=np.asarray(demo.actions, dtype=np.float64), compression="gzip")
-                group.attrs.update({
-                    "model_file": model_xml, "fixture_poses": json.dumps(demo.fixture_poses),
-                    "placement": json.dumps(demo.placement), "seed": demo.seed, "tries": demo.tries,
-                })
+                group.create_dataset(
+                    "states", data=np.asarray(demo.states, dtype=np.float64), compression="gzip"
+                )
+                group.create_dataset(
+                    "actions", data=np.asarray(demo.actions, dtype=np.float64), compression="gzip"
+                )
+                group.attrs.update(
+                    {
+                        "model_file": model_xml,
+                        "fixture_poses": json.dumps(demo.fixture_poses),
+                        "placement": json.dumps(demo.placement),
+                        "seed": demo.seed,
+                        "tries": demo.tries,
+                    }
+                )
         os.replace(tmp, path)
     except OSError as err:
         tmp.unlink(missing_ok=True)
@@ -276,4 +307,8 @@ def make_scene(spec: SceneSpec) -> Scene:
     except SpecError:
         raise
     except Exception as err:  # robosuite raises bare exceptions for unusable combinations
-        raise SpecError(spec.path, "task", f"robosuite cannot build {spec.task.env} with {spec.task.robot}: {err}") from None
+        raise SpecError(
+            spec.path,
+            "task",
+            f"robosuite cannot build {spec.task.env} with {spec.task.robot}: {err}",
+        ) from None

@@ -44,10 +44,18 @@ def check_seeds_dir(out_dir: Path, fingerprint: str) -> None:
     try:
         info = load_dataset_info(out_dir)
     except ValueError as err:
-        raise UserError(f"{out_dir}: unreadable dataset_info.json ({err}); choose another --out") from None
-    if info is None or info.get("source") != SOURCE_MARK or info.get("spec_fingerprint") != fingerprint:
-        raise UserError(f"{out_dir}: holds something other than this spec's seed-demo dataset; "
-                        "choose another --out (an empty or new folder)")
+        raise UserError(
+            f"{out_dir}: unreadable dataset_info.json ({err}); choose another --out"
+        ) from None
+    if (
+        info is None
+        or info.get("source") != SOURCE_MARK
+        or info.get("spec_fingerprint") != fingerprint
+    ):
+        raise UserError(
+            f"{out_dir}: holds something other than this spec's seed-demo dataset; "
+            "choose another --out (an empty or new folder)"
+        )
 
 
 def seed_episode(scene: Scene, renderer: FrameRenderer, demo: SeedDemo, index: int) -> Episode:
@@ -91,6 +99,13 @@ def write_seed_dataset(resolved: Resolved, out_dir: Path) -> dict:
         episodes = [seed_episode(scene, renderer, d.demo, i) for i, d in enumerate(resolved.demos)]
     finally:
         renderer.close()
-    manifest = write_dataset(out_dir, episodes, info)  # the manifest last: the dataset counts once listed
-    return {"out": str(out_dir), "episodes": len(episodes), "steps": manifest.total_samples,
-            "cameras": [c.name for c in spec.cameras], "sources": [d.demo.label for d in resolved.demos]}
+    manifest = write_dataset(
+        out_dir, episodes, info
+    )  # the manifest last: the dataset counts once listed
+    return {
+        "out": str(out_dir),
+        "episodes": len(episodes),
+        "steps": manifest.total_samples,
+        "cameras": [c.name for c in spec.cameras],
+        "sources": [d.demo.label for d in resolved.demos],
+    }

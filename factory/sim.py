@@ -117,11 +117,16 @@ class Scene:
         self.bodies = {name: self._body_id(name, body) for name, body in spec.objects.items()}
         self._geoms = {name: self._collision_geoms(bid) for name, bid in self.bodies.items()}
         self._pads = [
-            {mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, g) for g in self._gripper.important_geoms[group]}
+            {
+                mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, g)
+                for g in self._gripper.important_geoms[group]
+            }
             for group in ("left_fingerpad", "right_fingerpad")
         ]
         self._start_z: dict[str, float] = {}
-        self._start_q: dict[str, float] = {}  # joint position at the episode start, per articulated object
+        self._start_q: dict[
+            str, float
+        ] = {}  # joint position at the episode start, per articulated object
         self._cavities: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
         # Whether the hand is commanded closed: set by each step, or by annotation from a demo's
         # actions (a restored state does not say); None when unknown.
@@ -130,9 +135,14 @@ class Scene:
         self._check_joint_predicates()
         self._fixture_roots = self._reposed_fixtures()
         named = set(self.bodies.values())
-        self.free_bodies = [b for b in range(1, self.model.nbody) if self._is_free(b) and not self._robot_body(b)]
-        self._unnamed_free_qpos = [int(self.model.jnt_qposadr[self.model.body_jntadr[b]])
-                                   for b in self.free_bodies if b not in named]
+        self.free_bodies = [
+            b for b in range(1, self.model.nbody) if self._is_free(b) and not self._robot_body(b)
+        ]
+        self._unnamed_free_qpos = [
+            int(self.model.jnt_qposadr[self.model.body_jntadr[b]])
+            for b in self.free_bodies
+            if b not in named
+        ]
         self.default_fixtures = self.fixture_poses()
         self._fast = _fast_stepper(self.env) if spec.task.fast_control else None
 
@@ -143,24 +153,33 @@ class Scene:
             robot_parts = ("robot", "gripper", "mount", "fixed_mount", "world")
             others = [b for b in self.body_names() if b and not b.startswith(robot_parts)]
             raise SpecError(
-                self.spec.path, f"objects.{name}",
+                self.spec.path,
+                f"objects.{name}",
                 f"no body {body!r} in the {self.spec.task.env} model (expected one of: {', '.join(others)})",
             )
         return bid
 
     def _collision_geoms(self, body_id: int) -> frozenset[int]:
         ids = np.flatnonzero(self.model.geom_bodyid == body_id)
-        return frozenset(int(g) for g in ids if self.model.geom_contype[g] or self.model.geom_conaffinity[g])
+        return frozenset(
+            int(g) for g in ids if self.model.geom_contype[g] or self.model.geom_conaffinity[g]
+        )
 
     @property
     def state_size(self) -> int:
         return 1 + self.model.nq + self.model.nv
 
     def camera_names(self) -> list[str]:
-        return [mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(self.model.ncam)]
+        return [
+            mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_CAMERA, i)
+            for i in range(self.model.ncam)
+        ]
 
     def body_names(self) -> list[str]:
-        return [mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, i) for i in range(self.model.nbody)]
+        return [
+            mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, i)
+            for i in range(self.model.nbody)
+        ]
 
     # --- state -------------------------------------------------------------------------
     def get_state(self) -> np.ndarray:
@@ -186,7 +205,9 @@ class Scene:
         self.gripper_closed = None
 
     def reset_to(
-        self, start_state: np.ndarray | None, placement: Placement,
+        self,
+        start_state: np.ndarray | None,
+        placement: Placement,
         fixtures: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
         """Reset (fixtures as given), restore a demo's first state (if given), then move objects by the placement.
@@ -222,10 +243,20 @@ class Scene:
         named = [b for b in self.free_bodies if b in set(self.bodies.values())]
         if not named:
             return
-        dofs = np.concatenate([np.arange(d, d + 6) for d in (int(self.model.jnt_dofadr[self.model.body_jntadr[b]]) for b in named)])
+        dofs = np.concatenate(
+            [
+                np.arange(d, d + 6)
+                for d in (int(self.model.jnt_dofadr[self.model.body_jntadr[b]]) for b in named)
+            ]
+        )
         held = np.ones(self.model.nv, dtype=bool)
         held[dofs] = False
-        qpos_free = np.concatenate([np.arange(a, a + 7) for a in (int(self.model.jnt_qposadr[self.model.body_jntadr[b]]) for b in named)])
+        qpos_free = np.concatenate(
+            [
+                np.arange(a, a + 7)
+                for a in (int(self.model.jnt_qposadr[self.model.body_jntadr[b]]) for b in named)
+            ]
+        )
         robot_q = np.ones(self.model.nq, dtype=bool)
         robot_q[qpos_free] = False
         qpos, ctrl = self.data.qpos.copy(), self.data.ctrl.copy()
@@ -271,14 +302,21 @@ class Scene:
             return []
         before = {r: (self.model.body_pos[r].copy(), self.model.body_quat[r].copy()) for r in roots}
         self.env.reset()
-        return [r for r in roots if not (np.array_equal(before[r][0], self.model.body_pos[r])
-                                         and np.array_equal(before[r][1], self.model.body_quat[r]))]
+        return [
+            r
+            for r in roots
+            if not (
+                np.array_equal(before[r][0], self.model.body_pos[r])
+                and np.array_equal(before[r][1], self.model.body_quat[r])
+            )
+        ]
 
     def fixture_poses(self) -> dict[str, list[float]]:
         """Re-drawn fixtures' poses now: top-level body name -> [x, y, z, qw, qx, qy, qz] (world frame)."""
         return {
-            mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, r):
-                [float(v) for v in (*self.model.body_pos[r], *self.model.body_quat[r])]
+            mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, r): [
+                float(v) for v in (*self.model.body_pos[r], *self.model.body_quat[r])
+            ]
             for r in self._fixture_roots
         }
 
@@ -301,7 +339,9 @@ class Scene:
         for name, pose in poses.items():
             bid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
             if bid < 0 or len(pose) != 7:
-                raise ValueError(f"fixture pose {name!r}: expected a body of the model and 7 numbers, got {pose!r}")
+                raise ValueError(
+                    f"fixture pose {name!r}: expected a body of the model and 7 numbers, got {pose!r}"
+                )
             self.model.body_pos[bid] = pose[:3]
             self.model.body_quat[bid] = pose[3:]
         mujoco.mj_forward(self.model, self.data)
@@ -335,7 +375,10 @@ class Scene:
     # --- poses -------------------------------------------------------------------------
     def eef_pose(self) -> np.ndarray:
         """[4, 4] pose of the grip site, the frame the OSC controller moves."""
-        return make_pose(self.data.site_xpos[self._eef_site].copy(), self.data.site_xmat[self._eef_site].reshape(3, 3).copy())
+        return make_pose(
+            self.data.site_xpos[self._eef_site].copy(),
+            self.data.site_xmat[self._eef_site].reshape(3, 3).copy(),
+        )
 
     def object_pose(self, name: str) -> np.ndarray:
         bid = self.bodies[name]
@@ -344,7 +387,11 @@ class Scene:
     def proprio(self) -> np.ndarray:
         """[9] float32: eef position, eef quaternion (xyzw), gripper joint positions."""
         rot = self.data.site_xmat[self._eef_site].reshape(3, 3)
-        parts = (self.data.site_xpos[self._eef_site], mat_to_quat(rot), self.data.qpos[self._gripper_qpos])
+        parts = (
+            self.data.site_xpos[self._eef_site],
+            mat_to_quat(rot),
+            self.data.qpos[self._gripper_qpos],
+        )
         return np.concatenate(parts).astype(np.float32)
 
     def controller_limits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -394,7 +441,9 @@ class Scene:
             return bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
         if p.name == "lifted":
             obj = p.objects[0]
-            return self.data.xpos[self.bodies[obj]][2] - self._start_z.get(obj, np.inf) >= p.params[0]
+            return (
+                self.data.xpos[self.bodies[obj]][2] - self._start_z.get(obj, np.inf) >= p.params[0]
+            )
         if p.name in ("opened", "joint"):
             return self._joint_holds(p)
         a, b = (self.data.xpos[self.bodies[o]] for o in p.objects)
@@ -414,7 +463,9 @@ class Scene:
 
     def _check_joint_predicates(self) -> None:
         """opened/joint predicates must name an object that a hinge or slide joint moves."""
-        texts = [(f"subtasks[{i}].ends_when", s.ends_when) for i, s in enumerate(self.spec.subtasks)]
+        texts = [
+            (f"subtasks[{i}].ends_when", s.ends_when) for i, s in enumerate(self.spec.subtasks)
+        ]
         texts.append(("task.success", self.spec.task.success))
         for field, text in texts:
             for leaf in parse_predicate(text).leaves() if text else ():
@@ -432,13 +483,23 @@ class Scene:
         """qpos address of the hinge or slide joint moving `obj`: its body's own, else the nearest ancestor's."""
         body = self.bodies[obj]
         while body > 0:
-            for j in range(self.model.body_jntadr[body], self.model.body_jntadr[body] + self.model.body_jntnum[body]):
-                if self.model.jnt_type[j] in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+            for j in range(
+                self.model.body_jntadr[body],
+                self.model.body_jntadr[body] + self.model.body_jntnum[body],
+            ):
+                if self.model.jnt_type[j] in (
+                    mujoco.mjtJoint.mjJNT_HINGE,
+                    mujoco.mjtJoint.mjJNT_SLIDE,
+                ):
                     return int(self.model.jnt_qposadr[j])
             body = int(self.model.body_parentid[body])
         name = self.spec.objects[obj]
-        raise SpecError(self.spec.path, field, f"object {obj!r} (body {name!r}) moves with no hinge or slide "
-                        "joint: opened/joint predicates need an articulated object (a door, a drawer, a handle)")
+        raise SpecError(
+            self.spec.path,
+            field,
+            f"object {obj!r} (body {name!r}) moves with no hinge or slide "
+            "joint: opened/joint predicates need an articulated object (a door, a drawer, a handle)",
+        )
 
     def _inside(self, point: np.ndarray, container: str) -> bool:
         """`point` is in the container's cavity: over its floor, within its walls, below its rim (+5 cm).
@@ -449,7 +510,11 @@ class Scene:
         lo, hi, floor_top = self._cavity(container)
         bid = self.bodies[container]
         local = self.data.xmat[bid].reshape(3, 3).T @ (point - self.data.xpos[bid])
-        return bool(np.all(local[:2] > lo[:2]) and np.all(local[:2] < hi[:2]) and floor_top < local[2] < hi[2] + 0.05)
+        return bool(
+            np.all(local[:2] > lo[:2])
+            and np.all(local[:2] < hi[:2])
+            and floor_top < local[2] < hi[2] + 0.05
+        )
 
     def _cavity(self, container: str) -> tuple[np.ndarray, np.ndarray, float]:
         if container not in self._cavities:
@@ -457,7 +522,11 @@ class Scene:
             area = [(b[1][0] - b[0][0]) * (b[1][1] - b[0][1]) for b in boxes]
             floor = boxes[int(np.argmax(area))]
             top = max(b[1][2] for b in boxes)
-            self._cavities[container] = (floor[0], np.array([floor[1][0], floor[1][1], top]), float(floor[1][2]))
+            self._cavities[container] = (
+                floor[0],
+                np.array([floor[1][0], floor[1][1], top]),
+                float(floor[1][2]),
+            )
         return self._cavities[container]
 
     def _local_boxes(self, obj: str) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -497,7 +566,9 @@ class Scene:
         best = cap + 1.0
         for a in geoms_a:
             for b in geoms_b:
-                best = min(best, mujoco.mj_geomDistance(self.model, self.data, a, b, cap + 1.0, None))
+                best = min(
+                    best, mujoco.mj_geomDistance(self.model, self.data, a, b, cap + 1.0, None)
+                )
         return best
 
     def _touching(self, geoms: frozenset[int]) -> set[int]:

@@ -70,7 +70,10 @@ class SubtaskSpec(_Strict):
     # Predicate ending the subtask (see factory/predicates.py), e.g. grasped(cubeA). None, or
     # `success`: this subtask finishes the task; it comes last in every demo and runs to its end.
     ends_when: str | None = None
-    end_offset: tuple[int, int] = (0, 0)  # extra steps after the predicate first holds, drawn in [lo, hi]
+    end_offset: tuple[int, int] = (
+        0,
+        0,
+    )  # extra steps after the predicate first holds, drawn in [lo, hi]
 
     @field_validator("ends_when")
     @classmethod
@@ -103,12 +106,16 @@ class PlacementRange(_Strict):
 
 
 class PlacementSpec(_Strict):
-    objects: dict[str, PlacementRange] = {}  # spec object name -> ranges; absent: start as in the demo
+    objects: dict[
+        str, PlacementRange
+    ] = {}  # spec object name -> ranges; absent: start as in the demo
     min_separation: float = Field(0.0, ge=0.0)  # metres between object centres (xy), by rejection
 
 
 class GenerationSpec(_Strict):
-    attempts: int = Field(100, ge=1)  # most generation attempts; only successes are kept and rendered
+    attempts: int = Field(
+        100, ge=1
+    )  # most generation attempts; only successes are kept and rendered
     # Stop once this many attempts succeeded (each gives appearance.variants_per_trajectory episodes).
     target_successes: int | None = Field(None, ge=1)
     attempts_per_shard: int = Field(10, ge=1)  # the unit of distributed work and of resume
@@ -116,7 +123,9 @@ class GenerationSpec(_Strict):
     # reference object (at the segment start) is nearest the current one; or nearest eef pose.
     source_selection: Literal["random", "nearest_object", "nearest_robot"] = "random"
     nearest_k: int = Field(3, ge=1)
-    source_per: Literal["episode", "subtask"] = "episode"  # one source demo per episode, or per subtask
+    source_per: Literal["episode", "subtask"] = (
+        "episode"  # one source demo per episode, or per subtask
+    )
     action_noise: float = Field(0.05, ge=0.0, le=1.0)  # std of Gaussian noise on arm actions
     noise_during_interpolation: bool = True  # noise on the bridging steps too
     interpolation_steps: int = Field(5, ge=0)  # steps bridging to a segment's first target
@@ -134,7 +143,9 @@ class GenerationSpec(_Strict):
     # descends, so a carried object does not sweep through the others.
     transit: Literal["direct", "over"] = "direct"
     transit_clearance: float = Field(0.08, ge=0.0, le=0.5)  # metres, for transit: over
-    transit_speed: float = Field(0.02, gt=0.0, le=0.2)  # metres per control step on the way, for transit: over
+    transit_speed: float = Field(
+        0.02, gt=0.0, le=0.2
+    )  # metres per control step on the way, for transit: over
 
 
 class CameraSpec(_Strict):
@@ -163,14 +174,18 @@ class TextureBankSpec(_Strict):
     """Textures made once per dataset by a diffusers text-to-image pipeline (Stable Diffusion family)."""
 
     model: str  # a Hugging Face model id (must already be in the local cache: no download) or a local folder
-    prompts: list[str] = Field(min_length=1)  # e.g. "a wooden table top, seamless texture, top view"
+    prompts: list[str] = Field(
+        min_length=1
+    )  # e.g. "a wooden table top, seamless texture, top view"
     per_prompt: int = Field(4, ge=1)  # images made per prompt
     steps: int = Field(25, ge=1)  # denoising steps
     guidance_scale: float = Field(7.5, ge=0.0)
     size: int = Field(256, ge=64, le=1024, multiple_of=8)  # square images, pixels
     seed: int = Field(0, ge=0)  # image j of prompt i uses a seed derived from (seed, i, j)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    share: float = Field(0.5, ge=0.0, le=1.0)  # chance a randomised surface takes a bank texture, not a procedural one
+    share: float = Field(
+        0.5, ge=0.0, le=1.0
+    )  # chance a randomised surface takes a bank texture, not a procedural one
 
 
 class TextureRandomization(_Strict):
@@ -180,16 +195,27 @@ class TextureRandomization(_Strict):
     surfaces: list[str] = ["table", "floor", "walls"]
     # Built-in procedural patterns drawn from (no model weights needed).
     patterns: list[Literal["solid", "checker", "stripes", "noise", "gradient", "wood"]] = [
-        "solid", "checker", "stripes", "noise", "gradient", "wood",
+        "solid",
+        "checker",
+        "stripes",
+        "noise",
+        "gradient",
+        "wood",
     ]
     bank: TextureBankSpec | None = None
 
 
 class LightRandomization(_Strict):
-    position: float = Field(0.0, ge=0.0)  # metres: each light moves by U(-p, p) per axis (its body's frame)
-    direction: float = Field(0.0, ge=0.0, le=3.1416)  # radians: each light direction tilts by up to this
+    position: float = Field(
+        0.0, ge=0.0
+    )  # metres: each light moves by U(-p, p) per axis (its body's frame)
+    direction: float = Field(
+        0.0, ge=0.0, le=3.1416
+    )  # radians: each light direction tilts by up to this
     intensity: tuple[float, float] = (1.0, 1.0)  # diffuse light scaled by U(lo, hi)
-    color: float = Field(0.0, ge=0.0, le=1.0)  # diffuse also scaled per channel by 1 + U(-c, c): a tint
+    color: float = Field(
+        0.0, ge=0.0, le=1.0
+    )  # diffuse also scaled per channel by 1 + U(-c, c): a tint
 
     @field_validator("intensity")
     @classmethod
@@ -202,7 +228,9 @@ class LightRandomization(_Strict):
 class CameraJitter(_Strict):
     # Relative to the camera's parent body (world cameras: the world; eye-in-hand: the hand).
     position: float = Field(0.0, ge=0.0)  # metres: camera moves by U(-p, p) per axis
-    orientation: float = Field(0.0, ge=0.0, le=3.1416)  # radians: rotated by up to this about a random axis
+    orientation: float = Field(
+        0.0, ge=0.0, le=3.1416
+    )  # radians: rotated by up to this about a random axis
 
 
 class AppearanceSpec(_Strict):
@@ -240,7 +268,9 @@ class WaypointSpec(_Strict):
     # (a joint through it: turning a handle by its latch).
     turn: tuple[float, float, float] = (0.0, 0.0, 0.0)
     gripper: Literal["open", "close"]  # the gripper command held during this waypoint
-    steps: int = Field(ge=1)  # control steps to reach the target (interpolated); 20 per second at 20 Hz
+    steps: int = Field(
+        ge=1
+    )  # control steps to reach the target (interpolated); 20 per second at 20 Hz
 
     @field_validator("pos", "rot", "turn", mode="before")
     @classmethod
@@ -276,7 +306,9 @@ class OutputSpec(_Strict):
 
 
 class SceneSpec(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)  # dataset name: out/<name>, a file name
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]+$", max_length=100
+    )  # dataset name: out/<name>, a file name
     seed: int = Field(0, ge=0)  # every random draw derives from it and the unit of work
     task: TaskSpec
     seed_demos: list[str] = []  # hdf5 files, relative to this spec file; needed to generate
@@ -302,11 +334,17 @@ class SceneSpec(_Strict):
         names = ", ".join(self.objects)
         for i, sub in enumerate(self.subtasks):
             if sub.object not in self.objects:
-                raise _FieldError(f"subtasks[{i}].object", f"unknown object {sub.object!r} (expected one of: {names})")
+                raise _FieldError(
+                    f"subtasks[{i}].object",
+                    f"unknown object {sub.object!r} (expected one of: {names})",
+                )
             if sub.ends_when is not None:
                 for obj in sorted(parse_predicate(sub.ends_when).all_objects()):
                     if obj not in self.objects:
-                        raise _FieldError(f"subtasks[{i}].ends_when", f"unknown object {obj!r} (expected one of: {names})")
+                        raise _FieldError(
+                            f"subtasks[{i}].ends_when",
+                            f"unknown object {obj!r} (expected one of: {names})",
+                        )
         finishing = [i for i, sub in enumerate(self.subtasks) if sub.ends_when in (None, "success")]
         if len(finishing) > 1:
             raise _FieldError(
@@ -317,15 +355,22 @@ class SceneSpec(_Strict):
         if self.task.success is not None:
             for obj in sorted(parse_predicate(self.task.success).all_objects()):
                 if obj not in self.objects:
-                    raise _FieldError("task.success", f"unknown object {obj!r} (expected one of: {names})")
+                    raise _FieldError(
+                        "task.success", f"unknown object {obj!r} (expected one of: {names})"
+                    )
         for obj, fold in self.symmetry.items():
             if obj not in self.objects:
                 raise _FieldError(f"symmetry.{obj}", f"unknown object (expected one of: {names})")
             if fold < 0:
-                raise _FieldError(f"symmetry.{obj}", f"expected N >= 0 (N-fold about the vertical axis, 0: any angle), got {fold}")
+                raise _FieldError(
+                    f"symmetry.{obj}",
+                    f"expected N >= 0 (N-fold about the vertical axis, 0: any angle), got {fold}",
+                )
         for obj in self.placement.objects:
             if obj not in self.objects:
-                raise _FieldError(f"placement.objects.{obj}", f"unknown object (expected one of: {names})")
+                raise _FieldError(
+                    f"placement.objects.{obj}", f"unknown object (expected one of: {names})"
+                )
         textures = self.appearance.textures
         if textures is not None:
             allowed = {"table", "floor", "walls", *self.objects}
@@ -346,17 +391,23 @@ class SceneSpec(_Strict):
         for i, point in enumerate(script.waypoints):
             if point.relative_to is not None and point.relative_to not in self.objects:
                 raise _FieldError(
-                    f"script.waypoints[{i}].relative_to", f"unknown object {point.relative_to!r} (expected one of: {names})"
+                    f"script.waypoints[{i}].relative_to",
+                    f"unknown object {point.relative_to!r} (expected one of: {names})",
                 )
         steps = sum(point.steps for point in script.waypoints)
         if steps > self.task.horizon:
-            raise _FieldError("script.waypoints", f"{steps} steps in all, more than task.horizon ({self.task.horizon})")
+            raise _FieldError(
+                "script.waypoints",
+                f"{steps} steps in all, more than task.horizon ({self.task.horizon})",
+            )
 
     @field_validator("name")
     @classmethod
     def _not_dots(cls, name: str) -> str:
         if set(name) == {"."}:  # out/.. would be the working directory
-            raise ValueError(f"expected a file name of letters, digits, _ . -, not only dots, got {name!r}")
+            raise ValueError(
+                f"expected a file name of letters, digits, _ . -, not only dots, got {name!r}"
+            )
         return name
 
     @field_validator("instructions")
@@ -364,7 +415,10 @@ class SceneSpec(_Strict):
     def _instructions(cls, instructions: list[str]) -> list[str]:
         for i, text in enumerate(instructions):
             if not text.strip():
-                raise _FieldError(f"instructions[{i}]", "expected a non-empty instruction, e.g. 'lift the red cube'")
+                raise _FieldError(
+                    f"instructions[{i}]",
+                    "expected a non-empty instruction, e.g. 'lift the red cube'",
+                )
         return instructions
 
     @model_validator(mode="after")
@@ -372,9 +426,11 @@ class SceneSpec(_Strict):
         # Specs whose every attempt must fail: refused here rather than run to an empty dataset.
         hold, horizon = self.generation.success_hold_steps, self.task.horizon
         if hold > horizon:
-            raise _FieldError("generation.success_hold_steps",
-                              f"success must hold on {hold} final steps, more than task.horizon ({horizon}): "
-                              "no attempt could succeed; expected at most the horizon")
+            raise _FieldError(
+                "generation.success_hold_steps",
+                f"success must hold on {hold} final steps, more than task.horizon ({horizon}): "
+                "no attempt could succeed; expected at most the horizon",
+            )
         return self
 
     @property
@@ -401,8 +457,10 @@ class SceneSpec(_Strict):
         data = self.model_dump(
             mode="json",
             exclude={
-                "output": True, "script": True,
-                "generation": {"attempts", "target_successes"}, "render": {"gpus_per_worker"},
+                "output": True,
+                "script": True,
+                "generation": {"attempts", "target_successes"},
+                "render": {"gpus_per_worker"},
             },
         )
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -430,7 +488,9 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
     except OSError as err:
         raise SpecError(path, "", f"cannot read ({err.strerror})") from None
     except UnicodeDecodeError as err:
-        raise SpecError(path, "", f"not a YAML text file (byte {err.start} is not UTF-8 text)") from None
+        raise SpecError(
+            path, "", f"not a YAML text file (byte {err.start} is not UTF-8 text)"
+        ) from None
     if "\0" in text:
         raise SpecError(path, "", "not a YAML text file (it holds NUL bytes)")
     try:
@@ -441,7 +501,9 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise SpecError(path, "", f"malformed YAML: {where}{problem}") from None
     if not isinstance(raw, dict):
-        raise SpecError(path, "", f"expected a mapping of fields at the top level, got {type(raw).__name__}")
+        raise SpecError(
+            path, "", f"expected a mapping of fields at the top level, got {type(raw).__name__}"
+        )
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
     try:
@@ -465,7 +527,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 continue
             if duplicate:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark)
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first on line {seen[key] + 1})",
+                    key_node.start_mark,
+                )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 

@@ -61,8 +61,12 @@ class TrainEvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     horizon: int = Field(16, ge=1)  # H: actions predicted per chunk
-    execute: int = Field(8, ge=1)  # actions of each chunk executed before predicting again (<= horizon)
-    temporal_ensemble: float | None = Field(None, ge=0.0)  # ACT's decay m: predict every step, average
+    execute: int = Field(
+        8, ge=1
+    )  # actions of each chunk executed before predicting again (<= horizon)
+    temporal_ensemble: float | None = Field(
+        None, ge=0.0
+    )  # ACT's decay m: predict every step, average
     steps: int = Field(6_000, ge=1)  # gradient steps (the training budget)
     batch_size: int = Field(256, ge=1)
     lr: float = Field(1e-3, gt=0.0)  # AdamW peak learning rate, cosine-decayed to 0
@@ -71,7 +75,9 @@ class TrainEvalConfig(BaseModel):
     layers: int = Field(3, ge=1)  # hidden layers
     rollouts: int = Field(50, ge=0)  # evaluation episodes
     eval_horizon: int | None = Field(None, ge=1)  # steps per rollout; None: the spec's task.horizon
-    success_hold: int | None = Field(None, ge=1)  # steps success must hold; None: generation.success_hold_steps
+    success_hold: int | None = Field(
+        None, ge=1
+    )  # steps success must hold; None: generation.success_hold_steps
     seed: int = Field(0, ge=0)  # training seed (initialization, batches)
     threads: int = Field(1, ge=1)  # torch intra-op threads
     # A camera of the dataset whose frames join the observation through a small CNN (None: low-dim
@@ -103,7 +109,14 @@ class TrainingData:
     def select(self, keep: np.ndarray) -> TrainingData:
         """The steps where `keep` [N] is True."""
         images = None if self.images is None else self.images[keep]
-        return TrainingData(self.obs[keep], self.chunks[keep], self.masks[keep], self.episode[keep], self.episodes, images)
+        return TrainingData(
+            self.obs[keep],
+            self.chunks[keep],
+            self.masks[keep],
+            self.episode[keep],
+            self.episodes,
+            images,
+        )
 
     @property
     def steps(self) -> int:
@@ -138,25 +151,42 @@ def check_dataset(dataset: Path, scene: Scene) -> dict:
     return info
 
 
-def load_training_data(dataset: Path, layout: ObsLayout, horizon: int, camera: str | None = None,
-                       batch: int = 2048) -> TrainingData:
+def load_training_data(
+    dataset: Path, layout: ObsLayout, horizon: int, camera: str | None = None, batch: int = 2048
+) -> TrainingData:
     """One pass of the streaming loader over `dataset`: observations, raw action chunks, masks (and frames)."""
     cameras = [camera] if camera is not None else []
-    stream = make_loader(dataset, cameras=cameras, action_horizon=horizon, normalization="none", extra_keys=["sim_state"])
+    stream = make_loader(
+        dataset,
+        cameras=cameras,
+        action_horizon=horizon,
+        normalization="none",
+        extra_keys=["sim_state"],
+    )
     loader = torch.utils.data.DataLoader(stream, batch_size=batch, num_workers=0)
     obs, chunks, masks, episode, images = [], [], [], [], []
     for item in loader:
         if camera is not None:
             images.append(item["images"][camera].numpy())
-        obs.append(make_observation(item["state"].numpy(), item["sim_state"].numpy(), layout, item["step"].numpy()))
+        obs.append(
+            make_observation(
+                item["state"].numpy(), item["sim_state"].numpy(), layout, item["step"].numpy()
+            )
+        )
         chunks.append(item["action_chunk"].numpy())
         masks.append(item["action_mask"].numpy())
         episode.append(item["episode"].numpy())
     if not obs:
         raise UserError(f"{dataset}: the loader yielded no samples")
     order = np.concatenate(episode)
-    return TrainingData(np.concatenate(obs), np.concatenate(chunks), np.concatenate(masks), order,
-                        tuple(dict.fromkeys(order.tolist())), np.concatenate(images) if images else None)
+    return TrainingData(
+        np.concatenate(obs),
+        np.concatenate(chunks),
+        np.concatenate(masks),
+        order,
+        tuple(dict.fromkeys(order.tolist())),
+        np.concatenate(images) if images else None,
+    )
 
 
 def idle_steps(data: TrainingData, window: int, distance: float) -> np.ndarray:
@@ -184,14 +214,19 @@ def idle_steps(data: TrainingData, window: int, distance: float) -> np.ndarray:
 # ---------------------------------------------------------------- training
 
 
-def train_policy(data: TrainingData, config: TrainEvalConfig, on_log: Callable[[int, float], None] | None = None
-                 ) -> tuple[ChunkPolicy, TrainLog]:
+def train_policy(
+    data: TrainingData, config: TrainEvalConfig, on_log: Callable[[int, float], None] | None = None
+) -> tuple[ChunkPolicy, TrainLog]:
     """Fit a ChunkPolicy to `data` for `config.steps` AdamW steps; seeded by `config.seed`."""
-    torch.set_num_threads(config.threads)  # a small MLP gains nothing from more; on busy cores they cost 10x
+    torch.set_num_threads(
+        config.threads
+    )  # a small MLP gains nothing from more; on busy cores they cost 10x
     torch.manual_seed(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     image_shape = None if data.images is None else data.images.shape[1:]
-    policy = ChunkPolicy(data.obs.shape[1], config.horizon, config.hidden, config.layers, image_shape=image_shape)
+    policy = ChunkPolicy(
+        data.obs.shape[1], config.horizon, config.hidden, config.layers, image_shape=image_shape
+    )
     policy.set_normalization(mean_std(data.obs), mean_std(data.chunks[:, 0]))
     with torch.no_grad():
         obs = policy.normalize_obs(torch.from_numpy(data.obs))
@@ -231,7 +266,9 @@ def train_policy(data: TrainingData, config: TrainEvalConfig, on_log: Callable[[
 
 def eval_seed(spec_seed: int, index: int) -> int:
     """The seed of evaluation rollout `index`: a 63-bit int, like generation's `attempt_seed`."""
-    state = np.random.SeedSequence(spec_seed, spawn_key=(EVAL_NAMESPACE, index)).generate_state(2, dtype=np.uint32)
+    state = np.random.SeedSequence(spec_seed, spawn_key=(EVAL_NAMESPACE, index)).generate_state(
+        2, dtype=np.uint32
+    )
     return int((int(state[0]) << 31) ^ int(state[1]))
 
 
@@ -246,11 +283,20 @@ class StartState:
 def start_state(resolved: Resolved) -> StartState:
     """The generation's start: `generate_attempt` resets to demos[0]'s first state before placing objects."""
     first = resolved.demos[0]
-    return StartState(first.demo.states[0], {name: poses[0][:2, 3] for name, poses in first.object_poses.items()})
+    return StartState(
+        first.demo.states[0], {name: poses[0][:2, 3] for name, poses in first.object_poses.items()}
+    )
 
 
-def run_rollout(scene: Scene, policy: ChunkPolicy, layout: ObsLayout, start: StartState, seed: int,
-                config: TrainEvalConfig, camera_view: Callable[[], np.ndarray] | None = None) -> dict:
+def run_rollout(
+    scene: Scene,
+    policy: ChunkPolicy,
+    layout: ObsLayout,
+    start: StartState,
+    seed: int,
+    config: TrainEvalConfig,
+    camera_view: Callable[[], np.ndarray] | None = None,
+) -> dict:
     """One closed-loop episode from the placement drawn with `seed`: success, steps, placement.
 
     camera_view: for an image policy, returns the current frame [h, w, 3] uint8.
@@ -263,7 +309,9 @@ def run_rollout(scene: Scene, policy: ChunkPolicy, layout: ObsLayout, start: Sta
     hold = config.success_hold or spec.generation.success_hold_steps
     predictions: list[tuple[int, np.ndarray]] = []
     streak, plan, plan_start = 0, None, 0
-    pending = [s.ends_when for s in spec.subtasks if s.ends_when]  # progress: which subtask checks ever held
+    pending = [
+        s.ends_when for s in spec.subtasks if s.ends_when
+    ]  # progress: which subtask checks ever held
     reached: list[str] = []
 
     def predict(t: int) -> np.ndarray:
@@ -281,25 +329,56 @@ def run_rollout(scene: Scene, policy: ChunkPolicy, layout: ObsLayout, start: Sta
             raw = plan[t - plan_start]
         scene.step(finalize_action(raw))
         if not np.isfinite(scene.data.qpos).all():
-            return {"seed": seed, "success": False, "steps": t + 1, "reached": reached,
-                    "placement": placement.to_json(), "reason": "simulator unstable"}
+            return {
+                "seed": seed,
+                "success": False,
+                "steps": t + 1,
+                "reached": reached,
+                "placement": placement.to_json(),
+                "reason": "simulator unstable",
+            }
         for predicate in [p for p in pending if scene.holds(p)]:
             pending.remove(predicate)
             reached.append(predicate)
         streak = streak + 1 if scene.success() else 0
         if streak >= hold:
-            return {"seed": seed, "success": True, "steps": t + 1, "reached": reached, "placement": placement.to_json()}
-    return {"seed": seed, "success": False, "steps": horizon, "reached": reached, "placement": placement.to_json()}
+            return {
+                "seed": seed,
+                "success": True,
+                "steps": t + 1,
+                "reached": reached,
+                "placement": placement.to_json(),
+            }
+    return {
+        "seed": seed,
+        "success": False,
+        "steps": horizon,
+        "reached": reached,
+        "placement": placement.to_json(),
+    }
 
 
-def evaluate(resolved: Resolved, policy: ChunkPolicy, layout: ObsLayout, config: TrainEvalConfig,
-             on_rollout: Callable[[dict], None] | None = None,
-             camera_view: Callable[[], np.ndarray] | None = None) -> list[dict]:
+def evaluate(
+    resolved: Resolved,
+    policy: ChunkPolicy,
+    layout: ObsLayout,
+    config: TrainEvalConfig,
+    on_rollout: Callable[[dict], None] | None = None,
+    camera_view: Callable[[], np.ndarray] | None = None,
+) -> list[dict]:
     """`config.rollouts` rollouts with seeds eval_seed(spec.seed, 0..n-1), in order."""
     start = start_state(resolved)
     results = []
     for i in range(config.rollouts):
-        result = run_rollout(resolved.scene, policy, layout, start, eval_seed(resolved.spec.seed, i), config, camera_view)
+        result = run_rollout(
+            resolved.scene,
+            policy,
+            layout,
+            start,
+            eval_seed(resolved.spec.seed, i),
+            config,
+            camera_view,
+        )
         results.append(result)
         if on_rollout is not None:
             on_rollout(result)
@@ -310,7 +389,9 @@ def dataset_camera(info: dict, name: str, dataset: Path) -> CameraSpec:
     """The dataset's camera `name` with its frame size (raises UserError naming the cameras it has)."""
     cameras = {c["name"]: c for c in info.get("cameras", [])}
     if name not in cameras:
-        raise UserError(f"--camera {name}: {dataset} has no such camera (it has: {', '.join(cameras) or 'none'})")
+        raise UserError(
+            f"--camera {name}: {dataset} has no such camera (it has: {', '.join(cameras) or 'none'})"
+        )
     return CameraSpec(name=name, width=cameras[name]["width"], height=cameras[name]["height"])
 
 
@@ -324,67 +405,126 @@ def camera_view(renderer: FrameRenderer, name: str, jpeg_quality: int) -> np.nda
 # ---------------------------------------------------------------- the verb
 
 
-def train_eval(dataset: Path, resolved: Resolved, config: TrainEvalConfig, log: Callable[[str], None] = lambda s: None,
-               save: Path | None = None) -> dict:
+def train_eval(
+    dataset: Path,
+    resolved: Resolved,
+    config: TrainEvalConfig,
+    log: Callable[[str], None] = lambda s: None,
+    save: Path | None = None,
+) -> dict:
     """Load, train, evaluate; returns the JSON report (see the module docstring)."""
     if config.execute > config.horizon:
-        raise UserError(f"--execute {config.execute}: expected at most --horizon ({config.horizon})")
+        raise UserError(
+            f"--execute {config.execute}: expected at most --horizon ({config.horizon})"
+        )
     if not resolved.demos:
-        raise UserError(f"{resolved.spec.path}: seed_demos: rollouts start from the first seed demo; the spec lists none")
+        raise UserError(
+            f"{resolved.spec.path}: seed_demos: rollouts start from the first seed demo; the spec lists none"
+        )
     torch.set_num_threads(config.threads)
     scene = resolved.scene
     info = check_dataset(dataset, scene)
     camera = dataset_camera(info, config.camera, dataset) if config.camera is not None else None
-    layout = make_obs_layout(scene.model, scene.bodies, 1.0 / scene.spec.task.horizon if config.time_feature else None)
+    layout = make_obs_layout(
+        scene.model, scene.bodies, 1.0 / scene.spec.task.horizon if config.time_feature else None
+    )
     t0 = time.perf_counter()
     data = load_training_data(dataset, layout, config.horizon, config.camera)
     total_steps = data.steps
     if config.drop_idle:
         data = data.select(~idle_steps(data, config.idle_window, config.idle_distance))
     load_s = time.perf_counter() - t0
-    log(f"loaded {len(data.episodes)} episodes, {total_steps} steps ({total_steps - data.steps} idle dropped) "
-        f"in {load_s:.1f} s")
+    log(
+        f"loaded {len(data.episodes)} episodes, {total_steps} steps ({total_steps - data.steps} idle dropped) "
+        f"in {load_s:.1f} s"
+    )
     policy, train = train_policy(data, config, on_log=lambda s, v: log(f"step {s}: loss {v:.4f}"))
     log(f"trained {config.steps} steps in {train.time_s:.1f} s, final loss {train.final_loss:.4f}")
     if save is not None:
-        torch.save({"state_dict": policy.state_dict(), "config": config.model_dump(), "layout": layout.__dict__}, save)
+        torch.save(
+            {
+                "state_dict": policy.state_dict(),
+                "config": config.model_dump(),
+                "layout": layout.__dict__,
+            },
+            save,
+        )
     t1 = time.perf_counter()
     renderer = FrameRenderer(scene, [camera], scene.spec.render) if camera is not None else None
     try:
-        view = None if renderer is None else partial(camera_view, renderer, camera.name, scene.spec.render.jpeg_quality)
-        rollouts = evaluate(resolved, policy, layout, config, camera_view=view, on_rollout=lambda r: log(
-            f"rollout seed {r['seed']}: {'success' if r['success'] else 'failure'} in {r['steps']} steps"))
+        view = (
+            None
+            if renderer is None
+            else partial(camera_view, renderer, camera.name, scene.spec.render.jpeg_quality)
+        )
+        rollouts = evaluate(
+            resolved,
+            policy,
+            layout,
+            config,
+            camera_view=view,
+            on_rollout=lambda r: log(
+                f"rollout seed {r['seed']}: {'success' if r['success'] else 'failure'} in {r['steps']} steps"
+            ),
+        )
     finally:
         if renderer is not None:
             renderer.close()
     eval_s = time.perf_counter() - t1
-    report = _report(dataset, resolved, info, config, data, layout, policy, train, load_s, rollouts, eval_s)
-    report.update(steps=total_steps, steps_trained_on=data.steps, idle_steps_dropped=total_steps - data.steps)
+    report = _report(
+        dataset, resolved, info, config, data, layout, policy, train, load_s, rollouts, eval_s
+    )
+    report.update(
+        steps=total_steps, steps_trained_on=data.steps, idle_steps_dropped=total_steps - data.steps
+    )
     return report
 
 
-def _report(dataset, resolved, info, config, data, layout, policy, train, load_s, rollouts, eval_s) -> dict:
+def _report(
+    dataset, resolved, info, config, data, layout, policy, train, load_s, rollouts, eval_s
+) -> dict:
     successes = sum(r["success"] for r in rollouts)
-    dataset_seeds = {e.seed for e in load_episodes(dataset)} if (dataset / "episodes.jsonl").exists() else set()
+    dataset_seeds = (
+        {e.seed for e in load_episodes(dataset)} if (dataset / "episodes.jsonl").exists() else set()
+    )
     return {
-        "dataset": str(dataset), "dataset_name": info.get("name"), "dataset_source": info.get("source", "generated"),
-        "spec": str(resolved.spec.path), "env": resolved.spec.task.env,
-        "episodes": len(data.episodes), "steps": data.steps,
-        "observation": {"kind": "low_dim" if config.camera is None else f"low_dim+{config.camera}",
-                        "dim": layout.dim, "names": layout.names(),
-                        "image_shape": None if data.images is None else list(data.images.shape[1:])},
-        "policy": {"kind": "mlp_action_chunk", "hidden": config.hidden, "layers": config.layers,
-                   "horizon": config.horizon, "execute": config.execute, "temporal_ensemble": config.temporal_ensemble,
-                   "parameters": sum(p.numel() for p in policy.parameters())},
+        "dataset": str(dataset),
+        "dataset_name": info.get("name"),
+        "dataset_source": info.get("source", "generated"),
+        "spec": str(resolved.spec.path),
+        "env": resolved.spec.task.env,
+        "episodes": len(data.episodes),
+        "steps": data.steps,
+        "observation": {
+            "kind": "low_dim" if config.camera is None else f"low_dim+{config.camera}",
+            "dim": layout.dim,
+            "names": layout.names(),
+            "image_shape": None if data.images is None else list(data.images.shape[1:]),
+        },
+        "policy": {
+            "kind": "mlp_action_chunk",
+            "hidden": config.hidden,
+            "layers": config.layers,
+            "horizon": config.horizon,
+            "execute": config.execute,
+            "temporal_ensemble": config.temporal_ensemble,
+            "parameters": sum(p.numel() for p in policy.parameters()),
+        },
         "config": config.model_dump(),
-        "train_steps": config.steps, "batch_size": config.batch_size, "load_time_s": round(load_s, 2),
-        "train_time_s": round(train.time_s, 2), "first_loss": round(train.first_loss, 5),
-        "final_loss": round(train.final_loss, 5), "loss_curve": [[s, round(v, 5)] for s, v in train.curve],
-        "rollouts": len(rollouts), "successes": successes,
+        "train_steps": config.steps,
+        "batch_size": config.batch_size,
+        "load_time_s": round(load_s, 2),
+        "train_time_s": round(train.time_s, 2),
+        "first_loss": round(train.first_loss, 5),
+        "final_loss": round(train.final_loss, 5),
+        "loss_curve": [[s, round(v, 5)] for s, v in train.curve],
+        "rollouts": len(rollouts),
+        "successes": successes,
         "success_rate": round(successes / len(rollouts), 4) if rollouts else None,
         "eval_horizon": config.eval_horizon or resolved.spec.task.horizon,
         "success_hold_steps": config.success_hold or resolved.spec.generation.success_hold_steps,
         "eval_seed_derivation": SEED_DERIVATION,
         "eval_seeds_disjoint_from_dataset": not (dataset_seeds & {r["seed"] for r in rollouts}),
-        "eval_time_s": round(eval_s, 2), "per_rollout": rollouts,
+        "eval_time_s": round(eval_s, 2),
+        "per_rollout": rollouts,
     }

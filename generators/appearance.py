@@ -33,7 +33,9 @@ from factory.errors import SpecError
 from factory.spec import SceneSpec
 from generators.textures import fit_texture, make_pattern
 
-PATTERN_SIZE = 256  # pixels: procedural images are made at this side, then fitted to each texture slot
+PATTERN_SIZE = (
+    256  # pixels: procedural images are made at this side, then fitted to each texture slot
+)
 DECIMALS = 6  # drawn values are rounded so that the JSON record is exactly what was applied
 TABLE_BODIES = ("table", "bin1", "bin2")
 
@@ -46,12 +48,18 @@ class SurfaceDraw:
 
     pattern: str | None  # procedural pattern name; None when a bank image is used
     bank_image: int | None  # index into the texture bank; None for a procedural pattern
-    colors: tuple[Vec3, Vec3]  # RGB in [0, 1]; colors[0] also colours untextured geoms and materials
+    colors: tuple[
+        Vec3, Vec3
+    ]  # RGB in [0, 1]; colors[0] also colours untextured geoms and materials
     seed: int  # seeds the pattern's own parameters (scale, angle, noise)
 
     def to_json(self) -> dict:
-        return {"pattern": self.pattern, "bank_image": self.bank_image,
-                "colors": [list(c) for c in self.colors], "seed": self.seed}
+        return {
+            "pattern": self.pattern,
+            "bank_image": self.bank_image,
+            "colors": [list(c) for c in self.colors],
+            "seed": self.seed,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping) -> SurfaceDraw:
@@ -69,12 +77,21 @@ class LightDraw:
     color: Vec3  # ... and by this per channel
 
     def to_json(self) -> dict:
-        return {"position": list(self.position), "direction": list(self.direction),
-                "intensity": self.intensity, "color": list(self.color)}
+        return {
+            "position": list(self.position),
+            "direction": list(self.direction),
+            "intensity": self.intensity,
+            "color": list(self.color),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping) -> LightDraw:
-        return cls(_vec(data["position"]), _vec(data["direction"]), float(data["intensity"]), _vec(data["color"]))
+        return cls(
+            _vec(data["position"]),
+            _vec(data["direction"]),
+            float(data["intensity"]),
+            _vec(data["color"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -97,7 +114,9 @@ class AppearanceDraw:
     """One variant's look; empty fields leave the model as it is (the default: the original scene)."""
 
     surfaces: Mapping[str, SurfaceDraw] = field(default_factory=dict)  # surface name -> look
-    lights: tuple[LightDraw, ...] = ()  # light i of the model gets lights[i]; lights past the end untouched
+    lights: tuple[
+        LightDraw, ...
+    ] = ()  # light i of the model gets lights[i]; lights past the end untouched
     cameras: Mapping[str, CameraDraw] = field(default_factory=dict)  # camera name -> jitter
 
     @property
@@ -125,7 +144,9 @@ def variant_rng(spec_seed: int, attempt_seed: int, variant: int) -> np.random.Ge
     return np.random.default_rng(np.random.SeedSequence([spec_seed, attempt_seed, variant]))
 
 
-def draw_appearance(spec: SceneSpec, rng: np.random.Generator, *, lights: int = 1, bank_size: int = 0) -> AppearanceDraw:
+def draw_appearance(
+    spec: SceneSpec, rng: np.random.Generator, *, lights: int = 1, bank_size: int = 0
+) -> AppearanceDraw:
     """Draw one variant from `spec.appearance` (sections left out draw nothing).
 
     lights: how many lights the model has (each gets its own draw).
@@ -136,19 +157,26 @@ def draw_appearance(spec: SceneSpec, rng: np.random.Generator, *, lights: int = 
     surfaces, light_draws, cameras = {}, (), {}
     if app.textures is not None:
         share = app.textures.bank.share if app.textures.bank is not None and bank_size > 0 else 0.0
-        surfaces = {name: _draw_surface(rng, app.textures.patterns, share, bank_size) for name in app.textures.surfaces}
+        surfaces = {
+            name: _draw_surface(rng, app.textures.patterns, share, bank_size)
+            for name in app.textures.surfaces
+        }
     if app.lights is not None:
         light_draws = tuple(_draw_light(rng, app.lights) for _ in range(lights))
     if app.camera is not None:
         cameras = {
-            cam.name: CameraDraw(_round(rng.uniform(-1, 1, 3) * app.camera.position),
-                                 _round(_random_rotation(rng, app.camera.orientation)))
+            cam.name: CameraDraw(
+                _round(rng.uniform(-1, 1, 3) * app.camera.position),
+                _round(_random_rotation(rng, app.camera.orientation)),
+            )
             for cam in spec.cameras
         }
     return AppearanceDraw(surfaces, light_draws, cameras)
 
 
-def _draw_surface(rng: np.random.Generator, patterns: Sequence[str], share: float, bank_size: int) -> SurfaceDraw:
+def _draw_surface(
+    rng: np.random.Generator, patterns: Sequence[str], share: float, bank_size: int
+) -> SurfaceDraw:
     # The same number of draws whatever the outcome, so one surface's choice never shifts the next.
     use_bank = rng.random() < share
     image = int(rng.integers(max(bank_size, 1)))
@@ -195,7 +223,9 @@ class SurfaceBinding:
     """What re-colouring one surface touches in the model (ids)."""
 
     name: str
-    textures: tuple[int, ...]  # textures of its textured materials (RGB role): the image is written here
+    textures: tuple[
+        int, ...
+    ]  # textures of its textured materials (RGB role): the image is written here
     materials: tuple[int, ...]  # its untextured materials: mat_rgba takes colors[0]
     geoms: tuple[int, ...]  # its geoms without material: geom_rgba takes colors[0]
 
@@ -209,23 +239,34 @@ def bind_surfaces(spec: SceneSpec, model: mujoco.MjModel) -> dict[str, SurfaceBi
     for i, name in enumerate(textures.surfaces):
         geoms = _surface_geoms(spec, model, name)
         if not geoms:
-            raise SpecError(spec.path, f"appearance.textures.surfaces[{i}]",
-                            f"no geoms for surface {name!r} in the {spec.task.env} model")
+            raise SpecError(
+                spec.path,
+                f"appearance.textures.surfaces[{i}]",
+                f"no geoms for surface {name!r} in the {spec.task.env} model",
+            )
         bindings[name] = _binding(model, name, geoms)
     return bindings
 
 
 def _surface_geoms(spec: SceneSpec, model: mujoco.MjModel, surface: str) -> list[int]:
-    names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) or "" for g in range(model.ngeom)]
+    names = [
+        mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) or "" for g in range(model.ngeom)
+    ]
     if surface == "floor":
         return [g for g, n in enumerate(names) if n == "floor"]
     if surface == "walls":
         return [g for g, n in enumerate(names) if n.startswith("wall")]
     if surface == "table":
-        bodies = {mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in TABLE_BODIES} - {-1}
+        bodies = {mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in TABLE_BODIES} - {
+            -1
+        }
         return [g for g, n in enumerate(names) if model.geom_bodyid[g] in bodies and "leg" not in n]
     root = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, spec.objects[surface])
-    return [g for g in range(model.ngeom) if root >= 0 and _descends(model, int(model.geom_bodyid[g]), root)]
+    return [
+        g
+        for g in range(model.ngeom)
+        if root >= 0 and _descends(model, int(model.geom_bodyid[g]), root)
+    ]
 
 
 def _descends(model: mujoco.MjModel, body: int, root: int) -> bool:
@@ -261,14 +302,21 @@ class AppearanceRandomizer:
         context that renders this model (`FrameRenderer.upload_textures`); None: nothing renders.
     """
 
-    def __init__(self, spec: SceneSpec, model: mujoco.MjModel, bank: Sequence[np.ndarray] = (),
-                 upload: Callable[[Sequence[int]], None] | None = None):
+    def __init__(
+        self,
+        spec: SceneSpec,
+        model: mujoco.MjModel,
+        bank: Sequence[np.ndarray] = (),
+        upload: Callable[[Sequence[int]], None] | None = None,
+    ):
         self.spec, self.model, self.upload = spec, model, upload
         self.bank = list(bank)
         self.surfaces = bind_surfaces(spec, model)
         self.cameras = {c.name: _camera_id(model, c.name) for c in spec.cameras}
         # Originals, recorded once: what restore() writes back.
-        self._tex = {t: _tex_slot(model, t).copy() for s in self.surfaces.values() for t in s.textures}
+        self._tex = {
+            t: _tex_slot(model, t).copy() for s in self.surfaces.values() for t in s.textures
+        }
         self._arrays = {name: getattr(model, name).copy() for name in _VISUAL_ARRAYS}
         self._dirty: set[int] = set()  # textures written since the last restore
         self._stale: set[int] = set()  # textures whose GL copies may differ from model.tex_data
@@ -281,7 +329,9 @@ class AppearanceRandomizer:
     def apply(self, draw: AppearanceDraw) -> None:
         """Change the model's look to `draw`, GL textures included (call restore() in between)."""
         if self._applied:
-            raise RuntimeError("apply() twice without restore(): variants are applied to the original model")
+            raise RuntimeError(
+                "apply() twice without restore(): variants are applied to the original model"
+            )
         self._applied = True
         for name, look in draw.surfaces.items():
             self._apply_surface(self.surfaces[name], look)
@@ -318,9 +368,13 @@ class AppearanceRandomizer:
         """The uint8 [S, S, 3] image `look` puts on a textured surface."""
         if look.bank_image is not None:
             if not self.bank:
-                raise ValueError(f"the draw uses texture-bank image {look.bank_image}, but no bank is loaded")
+                raise ValueError(
+                    f"the draw uses texture-bank image {look.bank_image}, but no bank is loaded"
+                )
             return self.bank[look.bank_image % len(self.bank)]
-        return make_pattern(look.pattern, np.random.default_rng(look.seed), PATTERN_SIZE, np.array(look.colors))
+        return make_pattern(
+            look.pattern, np.random.default_rng(look.seed), PATTERN_SIZE, np.array(look.colors)
+        )
 
     def _apply_surface(self, binding: SurfaceBinding, look: SurfaceDraw) -> None:
         m = self.model
@@ -341,7 +395,9 @@ class AppearanceRandomizer:
         direction = np.empty(3)
         mujoco.mju_rotVecQuat(direction, self._arrays["light_dir"][i], _quat(light.direction))
         m.light_dir[i] = direction
-        m.light_diffuse[i] = self._arrays["light_diffuse"][i] * light.intensity * np.asarray(light.color)
+        m.light_diffuse[i] = (
+            self._arrays["light_diffuse"][i] * light.intensity * np.asarray(light.color)
+        )
 
     def _apply_camera(self, cam: int, jitter: CameraDraw) -> None:
         m = self.model
@@ -352,7 +408,15 @@ class AppearanceRandomizer:
 
 
 # Model arrays apply() may change besides texture bytes; all visual, none read by the dynamics.
-_VISUAL_ARRAYS = ("mat_rgba", "geom_rgba", "light_pos", "light_dir", "light_diffuse", "cam_pos", "cam_quat")
+_VISUAL_ARRAYS = (
+    "mat_rgba",
+    "geom_rgba",
+    "light_pos",
+    "light_dir",
+    "light_diffuse",
+    "cam_pos",
+    "cam_quat",
+)
 
 
 def _camera_id(model: mujoco.MjModel, name: str) -> int:
@@ -381,7 +445,11 @@ def _tex_slot(model: mujoco.MjModel, tex: int) -> np.ndarray:
 
 def _write_texture(model: mujoco.MjModel, tex: int, image: np.ndarray) -> None:
     """`image` [S, S, 3] uint8 resized into texture `tex`'s slot (each face of a stacked cube texture)."""
-    width, height, channels = int(model.tex_width[tex]), int(model.tex_height[tex]), int(model.tex_nchannel[tex])
+    width, height, channels = (
+        int(model.tex_width[tex]),
+        int(model.tex_height[tex]),
+        int(model.tex_nchannel[tex]),
+    )
     if model.tex_type[tex] == mujoco.mjtTexture.mjTEXTURE_CUBE and height == 6 * width:
         pixels = np.tile(fit_texture(image, width, width), (6, 1, 1))
     else:

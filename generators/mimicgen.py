@@ -46,29 +46,41 @@ class AttemptPlan:
 
 def attempt_seed(spec_seed: int, shard: int, attempt_id: int) -> int:
     """A 63-bit seed from (spec seed, shard, attempt): independent of workers and order."""
-    state = np.random.SeedSequence([spec_seed, shard, attempt_id]).generate_state(2, dtype=np.uint32)
+    state = np.random.SeedSequence([spec_seed, shard, attempt_id]).generate_state(
+        2, dtype=np.uint32
+    )
     return int((int(state[0]) << 31) ^ int(state[1]))
 
 
 def sample_placement(
-    spec: PlacementSpec, start_xy: dict[str, np.ndarray], rng: np.random.Generator, max_tries: int = 200
+    spec: PlacementSpec,
+    start_xy: dict[str, np.ndarray],
+    rng: np.random.Generator,
+    max_tries: int = 200,
 ) -> Placement:
     """Draw offsets for the spec's objects; reject draws that put objects too close."""
     for _ in range(max_tries):
         offsets = {
-            name: (rng.uniform(*r.x), rng.uniform(*r.y), rng.uniform(*r.yaw)) for name, r in spec.objects.items()
+            name: (rng.uniform(*r.x), rng.uniform(*r.y), rng.uniform(*r.yaw))
+            for name, r in spec.objects.items()
         }
         if spec.min_separation <= 0 or _separated(offsets, start_xy, spec.min_separation):
             return Placement(offsets)
     names = list(spec.objects)
-    raise RuntimeError(f"no placement of {names} with min_separation={spec.min_separation} in {max_tries} draws")
+    raise RuntimeError(
+        f"no placement of {names} with min_separation={spec.min_separation} in {max_tries} draws"
+    )
 
 
 def _separated(offsets, start_xy: dict[str, np.ndarray], min_sep: float) -> bool:
     xy = {name: start_xy[name] + np.array(off[:2]) for name, off in offsets.items()}
     xy.update({name: pos for name, pos in start_xy.items() if name not in xy})
     names = list(xy)
-    return all(np.linalg.norm(xy[a] - xy[b]) >= min_sep for i, a in enumerate(names) for b in names[i + 1 :])
+    return all(
+        np.linalg.norm(xy[a] - xy[b]) >= min_sep
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+    )
 
 
 def pose_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -78,7 +90,11 @@ def pose_distance(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def select_source(
-    candidates: Sequence[AnnotatedDemo], position: int, scene: Scene, spec: SceneSpec, rng: np.random.Generator
+    candidates: Sequence[AnnotatedDemo],
+    position: int,
+    scene: Scene,
+    spec: SceneSpec,
+    rng: np.random.Generator,
 ) -> AnnotatedDemo:
     """Pick the source demo for the `position`-th subtask, per `generation.source_selection`."""
     gen = spec.generation
@@ -111,8 +127,16 @@ class _Recorder:
 
     def arrays(self, state_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not self.actions:
-            return np.zeros((0, state_size)), np.zeros((0, 9), np.float32), np.zeros((0, 7), np.float32)
-        return np.stack(self.states), np.stack(self.proprio), np.stack(self.actions).astype(np.float32)
+            return (
+                np.zeros((0, state_size)),
+                np.zeros((0, 9), np.float32),
+                np.zeros((0, 7), np.float32),
+            )
+        return (
+            np.stack(self.states),
+            np.stack(self.proprio),
+            np.stack(self.actions).astype(np.float32),
+        )
 
 
 @dataclass
@@ -134,7 +158,9 @@ def generate_attempt(scene: Scene, demos: Sequence[AnnotatedDemo], plan: Attempt
     try:
         scene.reset_to(demos[0].demo.states[0], placement, fixtures=demos[0].fixture_poses)
         if scene.has_redrawn_fixtures:
-            provenance["fixtures"] = scene.fixture_poses()  # what a re-render or a re-simulation needs
+            provenance["fixtures"] = (
+                scene.fixture_poses()
+            )  # what a re-render or a re-simulation needs
         outcome = _Rollout(scene, demos, rng, rec, retries, provenance).run()
     except Exception as err:  # MuJoCo instabilities and controller errors end this attempt only
         outcome.reason = f"simulator error: {type(err).__name__}: {err}"
@@ -145,9 +171,18 @@ def generate_attempt(scene: Scene, demos: Sequence[AnnotatedDemo], plan: Attempt
             outcome.failed_subtask = provenance["order"][-1] if provenance.get("order") else None
     states, proprio, actions = rec.arrays(scene.state_size)
     return Attempt(
-        attempt_id=plan.attempt_id, shard=plan.shard, seed=plan.seed, success=success, reason=outcome.reason,
-        states=states, actions=actions, proprio=proprio, subtasks_done=outcome.done, provenance=provenance,
-        failed_subtask=None if success else outcome.failed_subtask, retries=tuple(retries),
+        attempt_id=plan.attempt_id,
+        shard=plan.shard,
+        seed=plan.seed,
+        success=success,
+        reason=outcome.reason,
+        states=states,
+        actions=actions,
+        proprio=proprio,
+        subtasks_done=outcome.done,
+        provenance=provenance,
+        failed_subtask=None if success else outcome.failed_subtask,
+        retries=tuple(retries),
         reached=tuple(provenance.get("reached", ())),
     )
 
@@ -155,13 +190,17 @@ def generate_attempt(scene: Scene, demos: Sequence[AnnotatedDemo], plan: Attempt
 class _Rollout:
     """The subtask loop of one attempt (state shared by its small steps)."""
 
-    def __init__(self, scene: Scene, demos, rng, rec: _Recorder, retries: list[int], provenance: dict):
+    def __init__(
+        self, scene: Scene, demos, rng, rec: _Recorder, retries: list[int], provenance: dict
+    ):
         self.scene, self.spec, self.rng, self.rec = scene, scene.spec, rng, rec
         self.gen: GenerationSpec = scene.spec.generation
         self.retries, self.provenance = retries, provenance
         # A demo too long for the horizon can never give a success: the horizon filters sources.
         bridge = self.gen.interpolation_steps + self.gen.fixed_steps
-        fitting = [d for d in demos if _demo_span(d) + len(d.order) * bridge <= self.spec.task.horizon]
+        fitting = [
+            d for d in demos if _demo_span(d) + len(d.order) * bridge <= self.spec.task.horizon
+        ]
         first = select_source(fitting or demos, 0, scene, self.spec, rng)
         # Later picks follow the first source's subtask order: only demos with that order qualify.
         self.candidates = [d for d in demos if d.order == first.order]
@@ -186,7 +225,9 @@ class _Rollout:
 
     def _subtask(self, position: int, index: int) -> tuple[bool, str]:
         """Execute one subtask, with retries; returns (its check held, a reason to stop)."""
-        snap, mark = (self.scene.snapshot(), len(self.rec)) if self.gen.subtask_retries else (None, 0)
+        snap, mark = (
+            (self.scene.snapshot(), len(self.rec)) if self.gen.subtask_retries else (None, 0)
+        )
         last = position == len(self.order) - 1
         for attempt in range(self.gen.subtask_retries + 1):
             source = self._source(position, retry=attempt > 0)
@@ -202,7 +243,10 @@ class _Rollout:
         if self.gen.subtask_retries:
             sub = self.spec.subtasks[index]
             what = sub.ends_when or "success"
-            return False, f"subtask {index} failed: {what} did not hold after {self.gen.subtask_retries + 1} tries"
+            return (
+                False,
+                f"subtask {index} failed: {what} did not hold after {self.gen.subtask_retries + 1} tries",
+            )
         return False, ""
 
     def _source(self, position: int, retry: bool) -> AnnotatedDemo:
@@ -210,24 +254,42 @@ class _Rollout:
             source = self.first
         else:
             # Only sources whose segment still fits in the horizon are worth a try.
-            room = self.spec.task.horizon - len(self.rec) - self.gen.interpolation_steps - self.gen.fixed_steps
-            fitting = [d for d in self.candidates if _segment_length(d, position) <= room] or self.candidates
+            room = (
+                self.spec.task.horizon
+                - len(self.rec)
+                - self.gen.interpolation_steps
+                - self.gen.fixed_steps
+            )
+            fitting = [
+                d for d in self.candidates if _segment_length(d, position) <= room
+            ] or self.candidates
             source = select_source(fitting, position, self.scene, self.spec, self.rng)
         self.provenance["sources"].append(source.demo.label)
         return source
 
     def _execute_segment(self, source: AnnotatedDemo, position: int, index: int, last: bool) -> str:
-        start, end = source.segment(position)  # the last: the demo's end, or just after the task is done
+        start, end = source.segment(
+            position
+        )  # the last: the demo's end, or just after the task is done
         if not last:
             lo, hi = self.spec.subtasks[index].end_offset
             end = min(end + int(self.rng.integers(lo, hi + 1)), source.demo.length)
         end = max(end, start + 1)
         gen = self.gen
         obj = self.spec.subtasks[index].object
-        origin = self.last_target if gen.start_from == "last_target" and self.last_target is not None else self.scene.eef_pose()
+        origin = (
+            self.last_target
+            if gen.start_from == "last_target" and self.last_target is not None
+            else self.scene.eef_pose()
+        )
         src_obj = source.object_poses[obj][reference_step(self.spec, source, position)]
-        frame = symmetric_frame(self.scene.object_pose(obj), src_obj, source.eef_poses[start], origin,
-                                self.spec.symmetry.get(obj, 1))
+        frame = symmetric_frame(
+            self.scene.object_pose(obj),
+            src_obj,
+            source.eef_poses[start],
+            origin,
+            self.spec.symmetry.get(obj, 1),
+        )
         targets = transform_segment(source.eef_poses[start:end], src_obj, frame)
         if gen.transit == "over" and position > 0:
             way = transit_over(origin, targets[0], gen.transit_clearance, gen.transit_speed)
@@ -242,9 +304,13 @@ class _Rollout:
         before = {name: self.scene.object_pose(name) for name in self.spec.objects}
         exempt = {obj, *(name for name, held in self.held.items() if self.scene.holds(held))}
         self._drive(bridge, np.full(len(bridge), grip[0]), noise, last)
-        moved = disturbed(before, {name: self.scene.object_pose(name) for name in self.spec.objects}, exempt)
+        moved = disturbed(
+            before, {name: self.scene.object_pose(name) for name in self.spec.objects}, exempt
+        )
         if moved:
-            self.provenance.setdefault("disturbed_in_transit", []).append({"subtask": index, "objects": moved})
+            self.provenance.setdefault("disturbed_in_transit", []).append(
+                {"subtask": index, "objects": moved}
+            )
         self._drive(targets, grip, gen.action_noise, last)
         self.last_target = targets[-1]
         if not np.isfinite(self.scene.get_state()).all():
@@ -256,7 +322,9 @@ class _Rollout:
         scene, rec = self.scene, self.rec
         max_dpos, max_drot, frame = scene.controller_limits()
         for pose, grip in zip(poses, grips, strict=True):
-            action = np.concatenate([pose_to_delta_action(pose, scene.eef_pose(), max_dpos, max_drot, frame), [grip]])
+            action = np.concatenate(
+                [pose_to_delta_action(pose, scene.eef_pose(), max_dpos, max_drot, frame), [grip]]
+            )
             if noise > 0:
                 action = add_action_noise(action[None], noise, self.rng)[0]
             rec.states.append(scene.get_state())
@@ -286,7 +354,9 @@ class _Rollout:
 TRANSIT_MOVE, TRANSIT_TILT = 0.01, 0.2  # metres, radians: an object moved this much was disturbed
 
 
-def disturbed(before: dict[str, np.ndarray], after: dict[str, np.ndarray], exempt: set[str]) -> list[str]:
+def disturbed(
+    before: dict[str, np.ndarray], after: dict[str, np.ndarray], exempt: set[str]
+) -> list[str]:
     """Objects (but the exempt: the reference, anything in the hand) that a bridging motion moved or tipped."""
     names = []
     for name, pose in before.items():
@@ -300,7 +370,7 @@ def disturbed(before: dict[str, np.ndarray], after: dict[str, np.ndarray], exemp
 
 
 def failure_phase(attempt: Attempt) -> str:
-    """"transit" when a bridging motion disturbed an object before the attempt failed, else "segment"."""
+    """ "transit" when a bridging motion disturbed an object before the attempt failed, else "segment"."""
     return "transit" if attempt.provenance.get("disturbed_in_transit") else "segment"
 
 

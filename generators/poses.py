@@ -256,7 +256,9 @@ def transform_segment(
     return (cur_obj @ pose_inv(src_obj)) @ src_eef
 
 
-CONTINUOUS_SYMMETRY_STEPS = 72  # frames tried for an object symmetric under any yaw (5 degrees apart)
+CONTINUOUS_SYMMETRY_STEPS = (
+    72  # frames tried for an object symmetric under any yaw (5 degrees apart)
+)
 
 
 def symmetric_frame(
@@ -327,7 +329,9 @@ def interpolate_poses(start: ArrayLike, end: ArrayLike, num_steps: int) -> NDArr
     return poses
 
 
-def transit_over(start: ArrayLike, end: ArrayLike, clearance: float, speed: float) -> NDArray[np.float64]:
+def transit_over(
+    start: ArrayLike, end: ArrayLike, clearance: float, speed: float
+) -> NDArray[np.float64]:
     """Poses from ``start`` up, across and down to ``end``, clear of what stands between them.
 
     Rises to ``clearance`` above the higher of the two positions, crosses at that height (turning

@@ -65,7 +65,9 @@ class TextureJob:
 
 def image_seed(bank_seed: int, prompt_index: int, index: int) -> int:
     """A 63-bit seed from (bank seed, prompt index, image index), independent of anything else."""
-    state = np.random.SeedSequence([bank_seed, prompt_index, index]).generate_state(2, dtype=np.uint32)
+    state = np.random.SeedSequence([bank_seed, prompt_index, index]).generate_state(
+        2, dtype=np.uint32
+    )
     return int((int(state[0]) << 31) ^ int(state[1]))
 
 
@@ -87,7 +89,9 @@ def model_ref(model: str, spec_path: Path | None = None) -> str:
     return str(folder) if folder is not None else model
 
 
-def image_key(model: str, prompt: str, seed: int, steps: int, guidance_scale: float, size: int) -> str:
+def image_key(
+    model: str, prompt: str, seed: int, steps: int, guidance_scale: float, size: int
+) -> str:
     """sha256 hex of (model identity, prompt, image seed, steps, guidance, size, recipe)."""
     fields = {
         "guidance_scale": float(guidance_scale),
@@ -187,7 +191,11 @@ def _check_folder(model: str, folder: Path, spec_path: Path | None) -> Path:
 
 
 def ensure_texture_bank(
-    bank: TextureBankSpec, dataset_dir: Path, *, spec_path: Path | None = None, progress: bool = True
+    bank: TextureBankSpec,
+    dataset_dir: Path,
+    *,
+    spec_path: Path | None = None,
+    progress: bool = True,
 ) -> list[Path]:
     """Make (or reuse) every image of the bank; return their paths in index order.
 
@@ -198,7 +206,9 @@ def ensure_texture_bank(
     """
     folder = Path(dataset_dir) / BANK_DIRNAME
     folder.mkdir(parents=True, exist_ok=True)
-    for tmp in folder.glob(".*.tmp-*"):  # left by a killed run (the caller holds the dataset's lock)
+    for tmp in folder.glob(
+        ".*.tmp-*"
+    ):  # left by a killed run (the caller holds the dataset's lock)
         tmp.unlink()
     cache = _writable_cache()
     jobs = plan_textures(bank, spec_path=spec_path)
@@ -221,7 +231,9 @@ def ensure_texture_bank(
     return [folder / job.filename for job in jobs]
 
 
-def _ensure_image(job: TextureJob, folder: Path, cache: Path | None, generator: _LazyGenerator) -> str:
+def _ensure_image(
+    job: TextureJob, folder: Path, cache: Path | None, generator: _LazyGenerator
+) -> str:
     """Put the job's PNG in `folder`; return where it came from ("dataset", "cache" or the device)."""
     target = folder / job.filename
     if target.is_file():
@@ -241,7 +253,10 @@ def _ensure_image(job: TextureJob, folder: Path, cache: Path | None, generator: 
 def _previous_origins(folder: Path) -> dict[str, str]:
     """file -> made_on from an existing bank.json, so a re-run keeps each image's provenance."""
     try:
-        return {str(e["file"]): str(e["made_on"]) for e in read_json_file(folder / INDEX_FILENAME)["images"]}
+        return {
+            str(e["file"]): str(e["made_on"])
+            for e in read_json_file(folder / INDEX_FILENAME)["images"]
+        }
     except (OSError, DatasetError, KeyError, TypeError):
         return {}  # no index yet (first run, or killed before its end): provenance unknown
 
@@ -273,7 +288,9 @@ def _index_entry(job: TextureJob, path: Path, made_on: str) -> dict[str, Any]:
     }
 
 
-def _save_index(folder: Path, bank: TextureBankSpec, spec_path: Path | None, entries: list[dict]) -> None:
+def _save_index(
+    folder: Path, bank: TextureBankSpec, spec_path: Path | None, entries: list[dict]
+) -> None:
     index = {
         "bank_key": bank_key(bank, spec_path=spec_path),
         "format": INDEX_FORMAT,
@@ -350,7 +367,9 @@ class _LazyGenerator:
 
     def render(self, job: TextureJob) -> np.ndarray:
         if self.pipe is None:
-            self.pipe = load_texture_pipeline(self.bank.model, self.bank.device, spec_path=self.spec_path)
+            self.pipe = load_texture_pipeline(
+                self.bank.model, self.bank.device, spec_path=self.spec_path
+            )
             self.made_on = f"{self.pipe.device.type}/{str(self.pipe.dtype).removeprefix('torch.')}"
         image = render_texture(self.pipe, job.prompt, job.seed, self.bank)
         self.made += 1
@@ -370,17 +389,21 @@ class _LazyGenerator:
 
 
 def resolve_device(device: str) -> str:
-    """"auto" is cuda when torch sees a GPU, else cpu."""
+    """ "auto" is cuda when torch sees a GPU, else cpu."""
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("appearance.textures.bank.device: cuda asked but torch sees no GPU (use auto or cpu)")
+        raise UserError(
+            "appearance.textures.bank.device: cuda asked but torch sees no GPU (use auto or cpu)"
+        )
     return device
 
 
-def load_texture_pipeline(model: str, device: str = "auto", *, spec_path: Path | None = None) -> Any:
+def load_texture_pipeline(
+    model: str, device: str = "auto", *, spec_path: Path | None = None
+) -> Any:
     """A diffusers text-to-image pipeline, loaded offline, made tileable, on `device`.
 
     float16 on cuda, float32 on cpu. Any failure to load is one `UserError` line naming the
@@ -436,8 +459,15 @@ def render_texture(pipe: Any, prompt: str, seed: int, bank: TextureBankSpec) -> 
 
     generator = torch.Generator("cpu").manual_seed(seed)
     with torch.inference_mode():
-        out = pipe(prompt=prompt, num_inference_steps=bank.steps, guidance_scale=bank.guidance_scale,
-                   height=bank.size, width=bank.size, generator=generator, output_type="np")
+        out = pipe(
+            prompt=prompt,
+            num_inference_steps=bank.steps,
+            guidance_scale=bank.guidance_scale,
+            height=bank.size,
+            width=bank.size,
+            generator=generator,
+            output_type="np",
+        )
     image = np.asarray(out.images[0], dtype=np.float32)  # [S, S, 3] in [0, 1]
     return np.round(np.clip(image, 0.0, 1.0) * 255.0).astype(np.uint8)
 

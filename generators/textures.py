@@ -15,7 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 Colors = np.ndarray  # [2, 3] float, RGB in [0, 1]: the pattern's two colours
-PatternFn = Callable[[np.random.Generator, int, Colors], np.ndarray]  # -> [S, S] float mix in [0, 1]
+PatternFn = Callable[
+    [np.random.Generator, int, Colors], np.ndarray
+]  # -> [S, S] float mix in [0, 1]
 
 
 def _solid(rng: np.random.Generator, size: int, colors: Colors) -> np.ndarray:
@@ -72,7 +74,9 @@ def make_pattern(name: str, rng: np.random.Generator, size: int, colors: Colors)
     try:
         fn = PATTERNS[name]
     except KeyError:
-        raise ValueError(f"unknown pattern {name!r} (expected one of: {', '.join(PATTERNS)})") from None
+        raise ValueError(
+            f"unknown pattern {name!r} (expected one of: {', '.join(PATTERNS)})"
+        ) from None
     colors = np.asarray(colors, dtype=float).reshape(2, 3)
     mix = np.clip(fn(rng, size, colors), 0.0, 1.0)[..., None]
     image = (1.0 - mix) * colors[0] + mix * colors[1]

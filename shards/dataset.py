@@ -21,7 +21,10 @@ from shards.writer import write_shard
 
 
 def write_dataset(
-    dataset_dir: Path, episodes: Sequence[Episode], info: Mapping[str, Any], shard_count: int | None = None,
+    dataset_dir: Path,
+    episodes: Sequence[Episode],
+    info: Mapping[str, Any],
+    shard_count: int | None = None,
 ) -> Manifest:
     """Write `episodes` (each names its shard) as a complete dataset under `dataset_dir`.
 

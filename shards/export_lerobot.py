@@ -93,7 +93,11 @@ VIDEO_GOP = 2  # LeRobot's default keyframe interval: any frame decodes after at
 _STATS_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
 _INDEX_COLUMNS = ("frame_index", "episode_index", "index", "task_index")
 DATA_SCHEMA = pa.schema(
-    [("observation.state", pa.list_(pa.float32())), (ACTION_KEY, pa.list_(pa.float32())), ("timestamp", pa.float32())]
+    [
+        ("observation.state", pa.list_(pa.float32())),
+        (ACTION_KEY, pa.list_(pa.float32())),
+        ("timestamp", pa.float32()),
+    ]
     + [(name, pa.int64()) for name in _INDEX_COLUMNS]
 )
 
@@ -178,22 +182,30 @@ def load_source(dataset_dir: Path) -> Source:
         raise UserError(f"{path}: not a readable dataset ({exc})") from None
 
 
-def _check_source(path: Path, info: Mapping[str, Any], records: Sequence[EpisodeRecord], manifest) -> Source:
+def _check_source(
+    path: Path, info: Mapping[str, Any], records: Sequence[EpisodeRecord], manifest
+) -> Source:
     fps = info.get("fps")
     if isinstance(fps, bool) or not isinstance(fps, int) or fps < 1:
         raise DatasetError(f"dataset_info.json: 'fps' must be an int >= 1, got {fps!r}")
     shard_samples = {shard.name: shard.samples for shard in manifest.shards if shard.samples > 0}
     if not shard_samples or not records:
-        raise UserError(f"{path}: holds no episodes (manifest.json or episodes.jsonl is empty); nothing to export")
+        raise UserError(
+            f"{path}: holds no episodes (manifest.json or episodes.jsonl is empty); nothing to export"
+        )
     listed: dict[str, int] = dict.fromkeys(shard_samples, 0)
     for record in records:
         if record.shard not in listed:
-            raise DatasetError(f"episodes.jsonl: episode {record.index} is in {record.shard}, "
-                               "which manifest.json does not list (an unfinished run?)")
+            raise DatasetError(
+                f"episodes.jsonl: episode {record.index} is in {record.shard}, "
+                "which manifest.json does not list (an unfinished run?)"
+            )
         listed[record.shard] += record.length
     for name, steps in listed.items():
         if steps != shard_samples[name]:
-            raise DatasetError(f"episodes.jsonl gives {name} {steps} steps, manifest.json {shard_samples[name]}")
+            raise DatasetError(
+                f"episodes.jsonl gives {name} {steps} steps, manifest.json {shard_samples[name]}"
+            )
     return Source(
         dir=path,
         info=info,
@@ -212,7 +224,9 @@ def _cameras(info: Mapping[str, Any]) -> tuple[CameraInfo, ...]:
         try:
             name, width, height = str(camera["name"]), int(camera["width"]), int(camera["height"])
         except (KeyError, TypeError, ValueError):
-            raise DatasetError(f"dataset_info.json: cameras[{i}] needs name, width and height, got {camera!r}") from None
+            raise DatasetError(
+                f"dataset_info.json: cameras[{i}] needs name, width and height, got {camera!r}"
+            ) from None
         if width < 1 or height < 1:
             raise DatasetError(f"dataset_info.json: cameras[{i}] has size {width}x{height}")
         segmentation = (camera.get("segmentation") or {}).get("mode", "none")
@@ -226,11 +240,15 @@ def _layout(info: Mapping[str, Any], key: str) -> tuple[tuple[str, int], ...]:
         layout = tuple((str(name), int(size)) for name, size in part["layout"])
         dim = int(part["dim"])
     except (KeyError, TypeError, ValueError):
-        raise DatasetError(f"dataset_info.json: {key!r} needs 'dim' and 'layout' "
-                           f'(e.g. {{"dim": 9, "layout": [["eef_pos", 3], ...]}}), got {part!r}') from None
+        raise DatasetError(
+            f"dataset_info.json: {key!r} needs 'dim' and 'layout' "
+            f'(e.g. {{"dim": 9, "layout": [["eef_pos", 3], ...]}}), got {part!r}'
+        ) from None
     if sum(size for _, size in layout) != dim:
-        raise DatasetError(f"dataset_info.json: {key}.layout sizes sum to "
-                           f"{sum(size for _, size in layout)}, {key}.dim is {dim}")
+        raise DatasetError(
+            f"dataset_info.json: {key}.layout sizes sum to "
+            f"{sum(size for _, size in layout)}, {key}.dim is {dim}"
+        )
     return layout
 
 
@@ -241,7 +259,9 @@ def read_episodes(source: Source) -> Iterator[SourceEpisode]:
     """
     urls = {name: str(shards_dir(source.dir) / name) for name in sorted(source.shard_samples)}
     expected = {urls[name]: samples for name, samples in source.shard_samples.items()}
-    members = read_members([ShardTask(url) for url in urls.values()], lambda suffix: True, expected=expected)
+    members = read_members(
+        [ShardTask(url) for url in urls.values()], lambda suffix: True, expected=expected
+    )
     # a stream of RawEpisode(task, ordinal, index, instruction, samples): whole episodes, in tar order
     raw_episodes = group_episodes(group_samples(members))
     records = iter(source.records)
@@ -253,32 +273,61 @@ def read_episodes(source: Source) -> Iterator[SourceEpisode]:
         raise DatasetError(f"episodes.jsonl lists episodes {missing} that no shard holds")
 
 
-def _decode_episode(raw: RawEpisode, record: EpisodeRecord | None, cameras: Sequence[CameraInfo]) -> SourceEpisode:
+def _decode_episode(
+    raw: RawEpisode, record: EpisodeRecord | None, cameras: Sequence[CameraInfo]
+) -> SourceEpisode:
     found = (raw.index, Path(raw.task.url).name, len(raw.samples), raw.instruction)
     if record is None or found != (record.index, record.shard, record.length, record.instruction):
-        listed = None if record is None else (record.index, record.shard, record.length, record.instruction)
-        raise DatasetError(f"{raw.task.url}: holds episode (index, shard, length, instruction) {found}, "
-                           f"episodes.jsonl lists {listed} next (run factory verify)")
+        listed = (
+            None
+            if record is None
+            else (record.index, record.shard, record.length, record.instruction)
+        )
+        raise DatasetError(
+            f"{raw.task.url}: holds episode (index, shard, length, instruction) {found}, "
+            f"episodes.jsonl lists {listed} next (run factory verify)"
+        )
     return SourceEpisode(
         record=record,
-        actions=np.stack([_npy(raw, sample.members, ACTION_KEY) for sample in raw.samples]).astype(np.float32),
-        states=np.stack([_npy(raw, sample.members, STATE_KEY) for sample in raw.samples]).astype(np.float32),
-        sim_states=np.stack([_npy(raw, sample.members, SIM_STATE_KEY) for sample in raw.samples]).astype(np.float64),
-        frames={camera.name: tuple(_member(raw, sample.members, f"{camera.name}.jpg") for sample in raw.samples)
-                for camera in cameras},
-        depth={camera.name: tuple(_member(raw, sample.members, depth_member(camera.name)) for sample in raw.samples)
-               for camera in cameras if camera.depth},
+        actions=np.stack([_npy(raw, sample.members, ACTION_KEY) for sample in raw.samples]).astype(
+            np.float32
+        ),
+        states=np.stack([_npy(raw, sample.members, STATE_KEY) for sample in raw.samples]).astype(
+            np.float32
+        ),
+        sim_states=np.stack(
+            [_npy(raw, sample.members, SIM_STATE_KEY) for sample in raw.samples]
+        ).astype(np.float64),
+        frames={
+            camera.name: tuple(
+                _member(raw, sample.members, f"{camera.name}.jpg") for sample in raw.samples
+            )
+            for camera in cameras
+        },
+        depth={
+            camera.name: tuple(
+                _member(raw, sample.members, depth_member(camera.name)) for sample in raw.samples
+            )
+            for camera in cameras
+            if camera.depth
+        },
         segmentation={
-            camera.name: tuple(_member(raw, sample.members, segmentation_member(camera.name)) for sample in raw.samples)
-            for camera in cameras if camera.segmentation != "none"
+            camera.name: tuple(
+                _member(raw, sample.members, segmentation_member(camera.name))
+                for sample in raw.samples
+            )
+            for camera in cameras
+            if camera.segmentation != "none"
         },
     )
 
 
 def _member(raw: RawEpisode, members: Mapping[str, bytes], suffix: str) -> bytes:
     if suffix not in members:
-        raise DatasetError(f"{raw.task.url}: a step of episode {raw.index} has no {suffix}; "
-                           f"it has {sorted(s for s in members if s != f'{META_KEY}.json')}")
+        raise DatasetError(
+            f"{raw.task.url}: a step of episode {raw.index} has no {suffix}; "
+            f"it has {sorted(s for s in members if s != f'{META_KEY}.json')}"
+        )
     return members[suffix]
 
 
@@ -291,8 +340,10 @@ def decode_jpeg(data: bytes, camera: CameraInfo) -> np.ndarray:
     with Image.open(io.BytesIO(data)) as image:
         pixels = np.asarray(image.convert("RGB"))
     if pixels.shape != (camera.height, camera.width, 3):
-        raise DatasetError(f"a {camera.name} frame is {pixels.shape[1]}x{pixels.shape[0]}, "
-                           f"dataset_info.json says {camera.width}x{camera.height}")
+        raise DatasetError(
+            f"a {camera.name} frame is {pixels.shape[1]}x{pixels.shape[0]}, "
+            f"dataset_info.json says {camera.width}x{camera.height}"
+        )
     return pixels
 
 
@@ -327,7 +378,9 @@ def export_lerobot(
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)  # a leftover of this same process id
     try:
-        writer = _LeRobotWriter(tmp, source, chunk_size, video_codec, data_file_size_mb, video_file_size_mb)
+        writer = _LeRobotWriter(
+            tmp, source, chunk_size, video_codec, data_file_size_mb, video_file_size_mb
+        )
         try:
             for episode in read_episodes(source):
                 writer.add(episode)
@@ -360,21 +413,29 @@ def video_key(camera: str) -> str:
 
 def _check_options(chunk_size: int, video_codec: str, data_mb: float, video_mb: float) -> None:
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise UserError(f"chunk_size must be an int >= 1 (files per chunk folder, e.g. 1000), got {chunk_size!r}")
+        raise UserError(
+            f"chunk_size must be an int >= 1 (files per chunk folder, e.g. 1000), got {chunk_size!r}"
+        )
     for name, value in (("data_file_size_mb", data_mb), ("video_file_size_mb", video_mb)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise UserError(f"{name} must be a number > 0 (e.g. 100), got {value!r}")
     if video_codec not in av.codecs_available:
-        raise UserError(f"video_codec {video_codec!r} is not an FFmpeg codec PyAV knows (e.g. 'libx264')")
+        raise UserError(
+            f"video_codec {video_codec!r} is not an FFmpeg codec PyAV knows (e.g. 'libx264')"
+        )
     try:
         av.codec.Codec(video_codec, "w")
     except (ValueError, av.error.FFmpegError):
-        raise UserError(f"video_codec {video_codec!r} has no encoder in this PyAV build (e.g. 'libx264')") from None
+        raise UserError(
+            f"video_codec {video_codec!r} has no encoder in this PyAV build (e.g. 'libx264')"
+        ) from None
 
 
 def _check_out_dir(out: Path) -> Path:
     if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: exists and is not a directory; choose a new or empty output directory")
+        raise UserError(
+            f"{out}: exists and is not a directory; choose a new or empty output directory"
+        )
     if out.is_dir() and any(out.iterdir()):
         raise UserError(f"{out}: exists and is not empty; choose a new or empty output directory")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -395,7 +456,15 @@ def _source_stats(source: Source) -> dict[str, Any]:
 class _LeRobotWriter:
     """Data files and videos of one export, written episode by episode; collects the episodes rows."""
 
-    def __init__(self, root: Path, source: Source, chunk_size: int, codec: str, data_mb: float, video_mb: float):
+    def __init__(
+        self,
+        root: Path,
+        source: Source,
+        chunk_size: int,
+        codec: str,
+        data_mb: float,
+        video_mb: float,
+    ):
         self.root, self.source, self.chunk_size, self.codec = root, source, chunk_size, codec
         self.data_limit, self.video_limit = data_mb * 2**20, video_mb * 2**20
         self.tasks: dict[str, int] = {}  # instruction -> task_index, in order of first use
@@ -403,7 +472,9 @@ class _LeRobotWriter:
         self.frames = 0
         self.files = 0  # data files opened so far; the current one is number files - 1
         self.image_stats = {video_key(camera.name): _ImageStats() for camera in source.cameras}
-        self.video_sizes = {video_key(c.name): (_even(c.width), _even(c.height)) for c in source.cameras}
+        self.video_sizes = {
+            video_key(c.name): (_even(c.width), _even(c.height)) for c in source.cameras
+        }
         self._data: pq.ParquetWriter | None = None
         self._data_bytes = 0
         self._videos: dict[str, _VideoFile] = {}
@@ -431,10 +502,22 @@ class _LeRobotWriter:
             pixels = [decode_jpeg(frame, camera) for frame in episode.frames[camera.name]]
             self.image_stats[key].add(pixels)
             start, end = self._videos[key].append(pixels)
-            row.update({f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": file,
-                        f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": end})
-        row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0,
-                    "demofactory/episode_index": episode.record.index, "demofactory/seed": episode.record.seed})
+            row.update(
+                {
+                    f"videos/{key}/chunk_index": chunk,
+                    f"videos/{key}/file_index": file,
+                    f"videos/{key}/from_timestamp": start,
+                    f"videos/{key}/to_timestamp": end,
+                }
+            )
+        row.update(
+            {
+                "meta/episodes/chunk_index": 0,
+                "meta/episodes/file_index": 0,
+                "demofactory/episode_index": episode.record.index,
+                "demofactory/seed": episode.record.seed,
+            }
+        )
         self.episodes.append(row)
         self.frames += episode.length
 
@@ -448,7 +531,9 @@ class _LeRobotWriter:
         self._videos = {}
 
     def _full(self) -> bool:
-        return self._data_bytes >= self.data_limit or any(v.bytes >= self.video_limit for v in self._videos.values())
+        return self._data_bytes >= self.data_limit or any(
+            v.bytes >= self.video_limit for v in self._videos.values()
+        )
 
     def _chunk_file(self) -> tuple[int, int]:
         return divmod(self.files - 1, self.chunk_size)
@@ -464,10 +549,14 @@ class _LeRobotWriter:
         for camera in self.source.cameras:
             key = video_key(camera.name)
             path = self.root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
-            self._videos[key] = _VideoFile(path, *self.video_sizes[key], self.source.fps, self.codec)
+            self._videos[key] = _VideoFile(
+                path, *self.video_sizes[key], self.source.fps, self.codec
+            )
 
 
-def _frame_table(episode: SourceEpisode, episode_index: int, first_index: int, task_index: int, fps: int) -> pa.Table:
+def _frame_table(
+    episode: SourceEpisode, episode_index: int, first_index: int, task_index: int, fps: int
+) -> pa.Table:
     steps = np.arange(episode.length, dtype=np.int64)
     columns = {
         "observation.state": _list_column(episode.states),
@@ -485,7 +574,9 @@ def _list_column(values: np.ndarray) -> pa.Array:
     """[T, D] float32 -> a list<float32> column of T rows, the values bit for bit."""
     rows, dim = values.shape
     offsets = pa.array(np.arange(0, rows * dim + 1, dim, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(values, np.float32).reshape(-1)))
+    return pa.ListArray.from_arrays(
+        offsets, pa.array(np.ascontiguousarray(values, np.float32).reshape(-1))
+    )
 
 
 def _even(n: int) -> int:
@@ -555,15 +646,19 @@ class _ImageStats:
         """LeRobot's image statistics: each [3, 1, 1] (channel first), count [frames]."""
         mean = self.sum / self.pixels
         std = np.sqrt(np.maximum(self.sumsq / self.pixels - np.square(mean), 0.0))
-        shaped = {name: [[[float(v)]] for v in values]
-                  for name, values in (("mean", mean), ("std", std), ("min", self.min), ("max", self.max))}
+        shaped = {
+            name: [[[float(v)]] for v in values]
+            for name, values in (("mean", mean), ("std", std), ("min", self.min), ("max", self.max))
+        }
         return {**shaped, "count": [self.frames]}
 
 
 # ---------------------------------------------------------------- metadata
 
 
-def _write_meta(root: Path, source: Source, writer: _LeRobotWriter, stats: Mapping[str, Any]) -> None:
+def _write_meta(
+    root: Path, source: Source, writer: _LeRobotWriter, stats: Mapping[str, Any]
+) -> None:
     (root / "meta").mkdir(parents=True, exist_ok=True)
     episodes_path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
     episodes_path.parent.mkdir(parents=True, exist_ok=True)
@@ -580,22 +675,46 @@ def _write_meta(root: Path, source: Source, writer: _LeRobotWriter, stats: Mappi
 
 
 def _key_stats(key_stats: Any) -> dict[str, Any]:
-    return {**{name: getattr(key_stats, name) for name in _STATS_FIELDS}, "count": [key_stats.count]}
+    return {
+        **{name: getattr(key_stats, name) for name in _STATS_FIELDS},
+        "count": [key_stats.count],
+    }
 
 
 def _tasks_table(tasks: Mapping[str, int]) -> pa.Table:
     """task -> task_index, as pandas' ``DataFrame(index=Index(tasks, name="task")).to_parquet`` writes it."""
-    table = pa.table({"task_index": pa.array(list(tasks.values()), pa.int64()),
-                      "task": pa.array(list(tasks), pa.string())})
+    table = pa.table(
+        {
+            "task_index": pa.array(list(tasks.values()), pa.int64()),
+            "task": pa.array(list(tasks), pa.string()),
+        }
+    )
     pandas_meta = {
         "index_columns": ["task"],
-        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode",
-                            "numpy_type": "object", "metadata": {"encoding": "UTF-8"}}],
+        "column_indexes": [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ],
         "columns": [
-            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
-             "numpy_type": "int64", "metadata": None},
-            {"name": "task", "field_name": "task", "pandas_type": "unicode",
-             "numpy_type": "object", "metadata": None},
+            {
+                "name": "task_index",
+                "field_name": "task_index",
+                "pandas_type": "int64",
+                "numpy_type": "int64",
+                "metadata": None,
+            },
+            {
+                "name": "task",
+                "field_name": "task",
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": None,
+            },
         ],
         "creator": {"library": "pyarrow", "version": pa.__version__},
         "pandas_version": "2.2.3",
@@ -612,10 +731,15 @@ def _info(source: Source, writer: _LeRobotWriter) -> dict[str, Any]:
             "dtype": "video",
             "shape": [height, width, 3],
             "names": ["height", "width", "channels"],
-            "info": _probe_video(writer.root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0),
-                                 source.fps),
+            "info": _probe_video(
+                writer.root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0),
+                source.fps,
+            ),
         }
-    for key, layout in (("observation.state", source.state_layout), (ACTION_KEY, source.action_layout)):
+    for key, layout in (
+        ("observation.state", source.state_layout),
+        (ACTION_KEY, source.action_layout),
+    ):
         names = [name if size == 1 else f"{name}_{i}" for name, size in layout for i in range(size)]
         features[key] = {"dtype": "float32", "shape": [len(names)], "names": names}
     features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}

@@ -54,7 +54,11 @@ from shards.format import DatasetError, decode_depth_png, decode_segmentation_pn
 
 ROBOSUITE_ENV_TYPE = 1  # robomimic's EnvType.ROBOSUITE_TYPE
 # dataset_info's state layout name -> robomimic's observation key (robosuite's robot0_ names)
-OBS_KEYS = {"eef_pos": "robot0_eef_pos", "eef_quat_xyzw": "robot0_eef_quat", "gripper_qpos": "robot0_gripper_qpos"}
+OBS_KEYS = {
+    "eef_pos": "robot0_eef_pos",
+    "eef_quat_xyzw": "robot0_eef_quat",
+    "gripper_qpos": "robot0_gripper_qpos",
+}
 
 
 def export_robomimic(dataset_dir: Path, out_hdf5: Path) -> dict[str, Any]:
@@ -83,10 +87,18 @@ def export_robomimic(dataset_dir: Path, out_hdf5: Path) -> dict[str, Any]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return {"out_hdf5": out, "demos": demos, "total": total, "env_name": env_args["env_name"], "obs_keys": obs_keys}
+    return {
+        "out_hdf5": out,
+        "demos": demos,
+        "total": total,
+        "env_name": env_args["env_name"],
+        "obs_keys": obs_keys,
+    }
 
 
-def _write_file(path: Path, source: Source, env_args: Mapping[str, Any]) -> tuple[int, int, list[str]]:
+def _write_file(
+    path: Path, source: Source, env_args: Mapping[str, Any]
+) -> tuple[int, int, list[str]]:
     demos, total, obs_keys = 0, 0, []
     with h5py.File(path, "w") as f:
         data = f.create_group("data")
@@ -114,13 +126,17 @@ def _write_demo(group: h5py.Group, episode: SourceEpisode, source: Source) -> li
     for key, values in split_state(episode.states, source.state_layout).items():
         obs.create_dataset(key, data=values.astype(np.float64))
     for camera in source.cameras:
-        obs.create_dataset(f"{camera.name}_image", data=_images(episode.frames[camera.name], camera))
+        obs.create_dataset(
+            f"{camera.name}_image", data=_images(episode.frames[camera.name], camera)
+        )
         if camera.depth:
             depth = _planes(episode.depth[camera.name], camera, decode_depth_png)
             obs.create_dataset(f"{camera.name}_depth", data=depth).attrs["unit"] = "m"
         if camera.segmentation != "none":
             labels = _planes(episode.segmentation[camera.name], camera, decode_segmentation_png)
-            obs.create_dataset(f"{camera.name}_seg", data=labels).attrs["seg_mode"] = camera.segmentation
+            obs.create_dataset(f"{camera.name}_seg", data=labels).attrs["seg_mode"] = (
+                camera.segmentation
+            )
     return sorted(obs)
 
 
@@ -137,12 +153,16 @@ def _images(frames: Sequence[bytes], camera: CameraInfo) -> np.ndarray:
     return np.stack([decode_jpeg(frame, camera) for frame in frames])
 
 
-def _planes(frames: Sequence[bytes], camera: CameraInfo, decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
+def _planes(
+    frames: Sequence[bytes], camera: CameraInfo, decode: Callable[[bytes], np.ndarray]
+) -> np.ndarray:
     """T single-channel PNGs -> [T, H, W, 1]; a size other than the camera's raises `DatasetError`."""
     planes = np.stack([decode(frame) for frame in frames])
     if planes.shape[1:] != (camera.height, camera.width):
-        raise DatasetError(f"a {camera.name} depth/segmentation frame is {planes.shape[2]}x{planes.shape[1]}, "
-                           f"dataset_info.json says {camera.width}x{camera.height}")
+        raise DatasetError(
+            f"a {camera.name} depth/segmentation frame is {planes.shape[2]}x{planes.shape[1]}, "
+            f"dataset_info.json says {camera.width}x{camera.height}"
+        )
     return planes[..., None]
 
 
@@ -152,7 +172,9 @@ def _env_args(source: Source) -> dict[str, Any]:
     env_name = task.get("env") or source.info.get("env")
     robot = task.get("robot") or source.info.get("robot")
     if not env_name or not robot:
-        raise UserError(f"{source.dir}: dataset_info.json names no env or robot (spec.task.env, spec.task.robot)")
+        raise UserError(
+            f"{source.dir}: dataset_info.json names no env or robot (spec.task.env, spec.task.robot)"
+        )
     version, controller = _robosuite_controller(robot)
     env_kwargs: dict[str, Any] = {
         "has_renderer": False,
@@ -172,12 +194,19 @@ def _env_args(source: Source) -> dict[str, Any]:
             camera_widths=[camera.width for camera in source.cameras],
             camera_depths=[camera.depth for camera in source.cameras],
         )
-    return {"env_name": env_name, "type": ROBOSUITE_ENV_TYPE, "env_version": version, "env_kwargs": env_kwargs}
+    return {
+        "env_name": env_name,
+        "type": ROBOSUITE_ENV_TYPE,
+        "env_version": version,
+        "env_kwargs": env_kwargs,
+    }
 
 
 def _robosuite_controller(robot: str) -> tuple[str, dict[str, Any]]:
     """robosuite's version and the controller config generation used (`factory.sim.make_env`: BASIC)."""
-    logging.getLogger("robosuite_logs").addFilter(_errors_only)  # the same filter is added once only
+    logging.getLogger("robosuite_logs").addFilter(
+        _errors_only
+    )  # the same filter is added once only
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 
@@ -191,5 +220,3 @@ def _robosuite_controller(robot: str) -> tuple[str, dict[str, Any]]:
 def _errors_only(record: logging.LogRecord) -> bool:
     # robosuite logs a page of non-actionable warnings at import; keep its errors.
     return record.levelno >= logging.ERROR
-
-

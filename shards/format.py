@@ -134,14 +134,24 @@ class Episode:
         for name in ("index", "shard", "seed"):
             object.__setattr__(self, name, _as_int(name, getattr(self, name)))
         if self.index < 0 or self.shard < 0:
-            raise ValueError(f"Episode index and shard must be >= 0, got {self.index}, {self.shard}")
+            raise ValueError(
+                f"Episode index and shard must be >= 0, got {self.index}, {self.shard}"
+            )
         if not isinstance(self.instruction, str):
-            raise TypeError(f"Episode.instruction must be a str, got {type(self.instruction).__name__}")
-        for name, dtype in (("actions", np.float32), ("states", np.float32), ("sim_states", np.float64)):
+            raise TypeError(
+                f"Episode.instruction must be a str, got {type(self.instruction).__name__}"
+            )
+        for name, dtype in (
+            ("actions", np.float32),
+            ("states", np.float32),
+            ("sim_states", np.float64),
+        ):
             object.__setattr__(self, name, _as_2d(name, getattr(self, name), dtype))
         object.__setattr__(self, "images", _checked_images(self.images))
         object.__setattr__(self, "depth", _checked_images(self.depth, "depth", "PNG"))
-        object.__setattr__(self, "segmentation", _checked_images(self.segmentation, "segmentation", "PNG"))
+        object.__setattr__(
+            self, "segmentation", _checked_images(self.segmentation, "segmentation", "PNG")
+        )
         _check_json("Episode.provenance", self.provenance)
         self._check_lengths()
 
@@ -152,7 +162,9 @@ class Episode:
             "sim_states": len(self.sim_states),
         }
         for what in ("images", "depth", "segmentation"):
-            lengths.update({f"{what}[{cam!r}]": len(frames) for cam, frames in getattr(self, what).items()})
+            lengths.update(
+                {f"{what}[{cam!r}]": len(frames) for cam, frames in getattr(self, what).items()}
+            )
         expected = lengths["actions"]
         if expected < 1:
             raise ValueError(f"Episode {self.index}: actions has no steps; an episode needs T >= 1")
@@ -191,7 +203,9 @@ def _checked_images(
     for camera, frames in images.items():
         if not isinstance(camera, str) or not camera or "." in camera or "/" in camera:
             # The camera name becomes part of the member name `<key>.<camera>.jpg`.
-            raise ValueError(f"Episode.{what}: camera name {camera!r} must be non-empty, without '.' or '/'")
+            raise ValueError(
+                f"Episode.{what}: camera name {camera!r} must be non-empty, without '.' or '/'"
+            )
         if camera in RESERVED_MEMBER_NAMES:
             raise ValueError(
                 f"Episode.{what}: camera name {camera!r} clashes with a member name; "
@@ -245,9 +259,13 @@ def encode_segmentation_png(labels: np.ndarray, bits: int) -> bytes:
     """[H, W] labels >= 0 -> 8- or 16-bit grayscale PNG; a label that does not fit raises ValueError."""
     labels = np.asarray(labels)
     if labels.ndim != 2 or bits not in (8, 16):
-        raise ValueError(f"labels must be [H, W] and bits 8 or 16, got shape {labels.shape}, bits {bits}")
+        raise ValueError(
+            f"labels must be [H, W] and bits 8 or 16, got shape {labels.shape}, bits {bits}"
+        )
     if labels.size and (labels.min() < 0 or labels.max() >= 1 << bits):
-        raise ValueError(f"labels span {labels.min()}..{labels.max()}, outside 0..{(1 << bits) - 1}")
+        raise ValueError(
+            f"labels span {labels.min()}..{labels.max()}, outside 0..{(1 << bits) - 1}"
+        )
     return _png_bytes(labels.astype(np.uint8 if bits == 8 else np.uint16))
 
 
@@ -260,7 +278,12 @@ def png_header(data: bytes) -> tuple[int, int, int, int]:
     """(width, height, bit depth, colour type) from a PNG's IHDR, without decoding; ValueError if not a PNG."""
     if len(data) < 29 or not data.startswith(PNG_SIGNATURE) or data[12:16] != b"IHDR":
         raise ValueError("not a PNG file")
-    return (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big"), data[24], data[25])
+    return (
+        int.from_bytes(data[16:20], "big"),
+        int.from_bytes(data[20:24], "big"),
+        data[24],
+        data[25],
+    )
 
 
 _DEPTH_NAME = re.compile(rf"{DEPTH_SUFFIX}\.png$")

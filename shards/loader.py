@@ -96,8 +96,19 @@ from shards.stats import DatasetStats, load_stats
 from shards.writer import ShardInfo
 
 IMAGE_DTYPES = ("uint8", "float32")
-_ITEM_KEYS = frozenset({"images", "state", "action_chunk", "action_mask", "instruction", "episode", "step",
-                        "depth", "segmentation"})
+_ITEM_KEYS = frozenset(
+    {
+        "images",
+        "state",
+        "action_chunk",
+        "action_mask",
+        "instruction",
+        "episode",
+        "step",
+        "depth",
+        "segmentation",
+    }
+)
 
 
 # ---------------------------------------------------------------- configuration
@@ -115,7 +126,9 @@ class LoaderConfig:
     resampled: bool = False  # draw shards with replacement, forever (or epoch_length)
     epoch_length: int | None = None  # resampled only: samples a rank yields per iteration
     image_dtype: str = "uint8"  # "uint8" [3, H, W] 0..255, or "float32" [3, H, W] in [0, 1]
-    extra_keys: tuple[str, ...] = ()  # other per-step .npy members to yield as stored, e.g. ("sim_state",)
+    extra_keys: tuple[
+        str, ...
+    ] = ()  # other per-step .npy members to yield as stored, e.g. ("sim_state",)
     depth: tuple[str, ...] = ()  # cameras whose depth to yield: float32 [1, H, W] metres
     segmentation: tuple[str, ...] = ()  # cameras whose segmentation labels to yield: int64 [H, W]
 
@@ -131,15 +144,21 @@ class LoaderConfig:
         if self.shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.epoch_length is not None and not self.resampled:
-            raise ValueError("epoch_length needs resampled=True (a finite epoch is one pass over the shards)")
+            raise ValueError(
+                "epoch_length needs resampled=True (a finite epoch is one pass over the shards)"
+            )
         if self.epoch_length is not None and self.epoch_length < 1:
             raise ValueError(f"epoch_length must be >= 1, got {self.epoch_length}")
         if isinstance(self.extra_keys, str):
-            raise TypeError(f"extra_keys must be a list of names, got the string {self.extra_keys!r}")
+            raise TypeError(
+                f"extra_keys must be a list of names, got the string {self.extra_keys!r}"
+            )
         clashes = [k for k in self.extra_keys if k in _ITEM_KEYS or k in (ACTION_KEY, META_KEY)]
         if clashes:
-            raise ValueError(f"extra_keys {clashes} clash with the loader's own keys; expected member names "
-                             f"such as {SIM_STATE_KEY!r}")
+            raise ValueError(
+                f"extra_keys {clashes} clash with the loader's own keys; expected member names "
+                f"such as {SIM_STATE_KEY!r}"
+            )
 
 
 # ---------------------------------------------------------------- the dataset
@@ -200,16 +219,28 @@ class ShardDataset(torch.utils.data.IterableDataset):
             tasks = resample_shards(self.urls, self._rng(split, 0), empty)
         else:
             tasks = split_shards(self._epoch_order(), split)
-        pngs = [depth_member(c) for c in cfg.depth] + [segmentation_member(c) for c in cfg.segmentation]
+        pngs = [depth_member(c) for c in cfg.depth] + [
+            segmentation_member(c) for c in cfg.segmentation
+        ]
         wanted = _wanted_members(cfg.cameras, (*cfg.extra_keys, *pngs))
         stages: list[Callable[[Iterable[Any]], Iterable[Any]]] = [
-            partial(read_members, wanted=wanted, on_empty=empty.add, expected=self.shard_samples,
-                    check=self._check_shard),  # -> Member
+            partial(
+                read_members,
+                wanted=wanted,
+                on_empty=empty.add,
+                expected=self.shard_samples,
+                check=self._check_shard,
+            ),  # -> Member
             group_samples,  # -> RawSample, one a step
             group_episodes,  # -> RawEpisode, whole
             select_episodes,  # -> RawEpisode of this split
-            partial(decode_episodes, cameras=cfg.cameras, normalizer=self.normalizer,
-                    extra_keys=cfg.extra_keys, pngs=pngs),  # -> EpisodeArrays
+            partial(
+                decode_episodes,
+                cameras=cfg.cameras,
+                normalizer=self.normalizer,
+                extra_keys=cfg.extra_keys,
+                pngs=pngs,
+            ),  # -> EpisodeArrays
             partial(episode_steps, horizon=cfg.action_horizon),  # -> StepSample
             partial(shuffle, bufsize=cfg.shuffle_buffer, rng=self._rng(split, 1)),  # -> StepSample
         ]
@@ -235,7 +266,9 @@ class ShardDataset(torch.utils.data.IterableDataset):
         return urls
 
     def _rng(self, split: Split, stream: int) -> np.random.Generator:
-        return np.random.default_rng([self.config.seed, self.epoch, split.rank, split.worker, stream])
+        return np.random.default_rng(
+            [self.config.seed, self.epoch, split.rank, split.worker, stream]
+        )
 
 
 def make_loader(
@@ -291,9 +324,13 @@ def make_loader(
     )
     loaded = None if normalization == "none" else _load_stats(stats, root)
     infos = {}
-    if counts and root is not None:  # a dataset directory: its manifest says what each shard must be
+    if (
+        counts and root is not None
+    ):  # a dataset directory: its manifest says what each shard must be
         infos = {str(shards_dir(root) / info.name): info for info in load_manifest(root).shards}
-    return ShardDataset(urls, config, Normalizer(normalization, loaded), shard_samples=counts, shard_infos=infos)
+    return ShardDataset(
+        urls, config, Normalizer(normalization, loaded), shard_samples=counts, shard_infos=infos
+    )
 
 
 def resolve_shards(
@@ -322,8 +359,11 @@ def resolve_shards(
 
 def _manifest_counts(dataset_dir: Path) -> dict[str, int]:
     manifest = load_manifest(dataset_dir)
-    counts = {str(shards_dir(dataset_dir) / info.name): info.samples
-              for info in manifest.shards if info.samples > 0}
+    counts = {
+        str(shards_dir(dataset_dir) / info.name): info.samples
+        for info in manifest.shards
+        if info.samples > 0
+    }
     if not counts:
         raise DatasetError(f"{dataset_dir}: manifest.json lists no shard with samples")
     return counts
@@ -343,7 +383,9 @@ def _dataset_root(urls: Sequence[str]) -> Path | None:
     return next(iter(folders)).parent
 
 
-def _resolve_cameras(cameras: Sequence[str] | None, info: Mapping[str, Any] | None) -> tuple[str, ...] | None:
+def _resolve_cameras(
+    cameras: Sequence[str] | None, info: Mapping[str, Any] | None
+) -> tuple[str, ...] | None:
     known = [c["name"] for c in info.get("cameras", [])] if info is not None else None
     if cameras is None:
         return tuple(known) if known is not None else None
@@ -355,7 +397,9 @@ def _resolve_cameras(cameras: Sequence[str] | None, info: Mapping[str, Any] | No
     return tuple(cameras)
 
 
-def _resolve_kind(cameras: Sequence[str], info: Mapping[str, Any] | None, kind: str) -> tuple[str, ...]:
+def _resolve_kind(
+    cameras: Sequence[str], info: Mapping[str, Any] | None, kind: str
+) -> tuple[str, ...]:
     """Cameras asked for depth or segmentation, checked against dataset_info.json when there is one."""
     if isinstance(cameras, str):
         raise TypeError(f"{kind} must be a list of camera names, got the string {cameras!r}")
@@ -363,7 +407,9 @@ def _resolve_kind(cameras: Sequence[str], info: Mapping[str, Any] | None, kind: 
         having = [c["name"] for c in info.get("cameras", []) if c.get(kind)]
         missing = [c for c in cameras if c not in having]
         if missing:
-            raise ValueError(f"{kind} asked for cameras {missing}; dataset_info.json lists {kind} for {having}")
+            raise ValueError(
+                f"{kind} asked for cameras {missing}; dataset_info.json lists {kind} for {having}"
+            )
     return tuple(cameras)
 
 
@@ -371,19 +417,25 @@ def _load_stats(stats: str | os.PathLike | DatasetStats | None, root: Path | Non
     if isinstance(stats, DatasetStats):
         return stats
     if stats is None and root is None:
-        raise ValueError("normalization needs stats.json and the shards are not inside a dataset "
-                         "directory; pass stats=DATASET_DIR or normalization='none'")
+        raise ValueError(
+            "normalization needs stats.json and the shards are not inside a dataset "
+            "directory; pass stats=DATASET_DIR or normalization='none'"
+        )
     folder = Path(stats) if stats is not None else root
     if folder.name == STATS_FILENAME:
         folder = folder.parent
     loaded = load_stats(folder)
     if loaded is None:
-        raise FileNotFoundError(f"{folder / STATS_FILENAME}: not found; normalization needs it "
-                                "(or pass normalization='none')")
+        raise FileNotFoundError(
+            f"{folder / STATS_FILENAME}: not found; normalization needs it "
+            "(or pass normalization='none')"
+        )
     return loaded
 
 
-def _wanted_members(cameras: Sequence[str] | None, extra_keys: Sequence[str] = ()) -> Callable[[str], bool]:
+def _wanted_members(
+    cameras: Sequence[str] | None, extra_keys: Sequence[str] = ()
+) -> Callable[[str], bool]:
     # extra_keys: .npy keys, or whole member suffixes (depth/label PNGs: "agentview_depth.png")
     fixed = {_ACTION_MEMBER, _STATE_MEMBER, _META_MEMBER}
     fixed |= {key if key.endswith(".png") else f"{key}.npy" for key in extra_keys}
@@ -396,4 +448,3 @@ def _wanted_members(cameras: Sequence[str] | None, extra_keys: Sequence[str] = (
 def _worker_quota(epoch_length: int, split: Split) -> int:
     share, rest = divmod(epoch_length, split.num_workers)
     return share + (1 if split.worker < rest else 0)
-

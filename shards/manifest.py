@@ -119,17 +119,25 @@ def check_shard(dataset_dir: Path, info: ShardInfo) -> None:
     """
     path = shards_dir(dataset_dir) / info.name
     if not path.is_file():
-        raise DatasetError(f"{path}: missing, yet listed in {MANIFEST_FILENAME} (run factory verify)")
+        raise DatasetError(
+            f"{path}: missing, yet listed in {MANIFEST_FILENAME} (run factory verify)"
+        )
     size = path.stat().st_size
     if size != info.bytes:
-        raise DatasetError(f"{path}: {size} bytes, {MANIFEST_FILENAME} says {info.bytes}: "
-                           "the shard is damaged (run factory verify; factory run redoes it)")
+        raise DatasetError(
+            f"{path}: {size} bytes, {MANIFEST_FILENAME} says {info.bytes}: "
+            "the shard is damaged (run factory verify; factory run redoes it)"
+        )
     if sha256_file(path) != info.sha256:
-        raise DatasetError(f"{path}: sha256 does not match {MANIFEST_FILENAME}: the shard changed after it was "
-                           "written (run factory verify; factory run redoes it)")
+        raise DatasetError(
+            f"{path}: sha256 does not match {MANIFEST_FILENAME}: the shard changed after it was "
+            "written (run factory verify; factory run redoes it)"
+        )
 
 
-def check_shards(dataset_dir: Path, manifest: Manifest, names: Collection[str] | None = None) -> None:
+def check_shards(
+    dataset_dir: Path, manifest: Manifest, names: Collection[str] | None = None
+) -> None:
     """`check_shard` for each shard of `manifest` (only those in `names`, when given)."""
     for info in manifest.shards:
         if names is None or info.name in names:

@@ -38,7 +38,11 @@ _LABELS = {
 
 
 def camera_entry(
-    name: str, width: int, height: int, depth: bool = False, segmentation: str = "none",
+    name: str,
+    width: int,
+    height: int,
+    depth: bool = False,
+    segmentation: str = "none",
     objects: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A camera's entry in dataset_info.json ``cameras``: its size, and how depth and
@@ -49,14 +53,22 @@ def camera_entry(
     entry: dict[str, Any] = {"name": name, "width": width, "height": height, "format": "jpg"}
     if depth:
         entry["depth"] = {
-            "member": depth_member("<camera>"), "format": "png", "dtype": "uint16", "unit": "mm",
-            "scale_m": DEPTH_SCALE_M, "no_reading": 0, "saturated": DEPTH_MAX_UNITS,
+            "member": depth_member("<camera>"),
+            "format": "png",
+            "dtype": "uint16",
+            "unit": "mm",
+            "scale_m": DEPTH_SCALE_M,
+            "no_reading": 0,
+            "saturated": DEPTH_MAX_UNITS,
         }
     if segmentation != "none":
         bits = segmentation_bits(segmentation)
         entry["segmentation"] = {
-            "member": segmentation_member("<camera>"), "format": "png", "dtype": f"uint{bits}",
-            "mode": segmentation, "labels": _LABELS[segmentation],
+            "member": segmentation_member("<camera>"),
+            "format": "png",
+            "dtype": f"uint{bits}",
+            "mode": segmentation,
+            "labels": _LABELS[segmentation],
         }
         if segmentation == "object":
             entry["segmentation"]["objects"] = list(objects)
@@ -71,9 +83,13 @@ def save_dataset_info(dataset_dir: Path, info: Mapping[str, Any]) -> None:
     """
     version = info.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
-        raise ValueError(f"dataset info has schema_version {version!r}, this code writes {SCHEMA_VERSION}")
+        raise ValueError(
+            f"dataset info has schema_version {version!r}, this code writes {SCHEMA_VERSION}"
+        )
     document = {**info, "schema_version": SCHEMA_VERSION}
-    write_text_atomic(Path(dataset_dir) / DATASET_INFO_FILENAME, dumps_json(document, indent=2) + "\n")
+    write_text_atomic(
+        Path(dataset_dir) / DATASET_INFO_FILENAME, dumps_json(document, indent=2) + "\n"
+    )
 
 
 def load_dataset_info(dataset_dir: Path) -> dict[str, Any] | None:

@@ -1,8 +1,8 @@
 """Normalization of state and actions with the statistics of stats.json, and its inverse.
 
-    stats.json (`DatasetStats`: mean, std, q01, q99 per key)
-      -> Normalizer(mode, stats).normalize(key, x [..., D]) -> float32 [..., D]
-      -> Normalizer.unnormalize(key, y) -> x again (for quantile: where not clipped)
+stats.json (`DatasetStats`: mean, std, q01, q99 per key)
+  -> Normalizer(mode, stats).normalize(key, x [..., D]) -> float32 [..., D]
+  -> Normalizer.unnormalize(key, y) -> x again (for quantile: where not clipped)
 """
 
 from __future__ import annotations
@@ -33,10 +33,14 @@ class Normalizer:
 
     def __post_init__(self) -> None:
         if self.mode not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {self.mode!r}")
+            raise ValueError(
+                f"normalization must be one of {list(NORMALIZATIONS)}, got {self.mode!r}"
+            )
         if self.mode != "none" and self.stats is None:
-            raise ValueError(f"normalization={self.mode!r} needs stats.json; pass stats=DATASET_DIR "
-                             "or normalization='none'")
+            raise ValueError(
+                f"normalization={self.mode!r} needs stats.json; pass stats=DATASET_DIR "
+                "or normalization='none'"
+            )
 
     def normalize(self, key: str, x: np.ndarray) -> np.ndarray:
         """`x` [..., D] of `key` ("action", "state") -> float32 [..., D]."""
@@ -47,7 +51,9 @@ class Normalizer:
         if self.mode == "mean_std":
             y = (x - s["mean"]) / np.maximum(s["std"], STD_FLOOR)
         else:
-            y = np.clip(2.0 * (x - s["q01"]) / np.maximum(s["q99"] - s["q01"], STD_FLOOR) - 1.0, -1.0, 1.0)
+            y = np.clip(
+                2.0 * (x - s["q01"]) / np.maximum(s["q99"] - s["q01"], STD_FLOOR) - 1.0, -1.0, 1.0
+            )
         return y.astype(np.float32)
 
     def unnormalize(self, key: str, y: np.ndarray) -> np.ndarray:
@@ -64,11 +70,17 @@ class Normalizer:
 
     def _arrays(self, key: str, x: np.ndarray) -> dict[str, np.ndarray]:
         if key not in self.stats.keys:
-            raise DatasetError(f"{STATS_FILENAME} has no statistics for {key!r}; it has {sorted(self.stats.keys)}")
+            raise DatasetError(
+                f"{STATS_FILENAME} has no statistics for {key!r}; it has {sorted(self.stats.keys)}"
+            )
         entry = self.stats.keys[key]
-        arrays = {name: np.asarray(getattr(entry, name), dtype=np.float64)
-                  for name in ("mean", "std", "q01", "q99")}
+        arrays = {
+            name: np.asarray(getattr(entry, name), dtype=np.float64)
+            for name in ("mean", "std", "q01", "q99")
+        }
         if np.shape(x)[-1:] != arrays["mean"].shape:
-            raise DatasetError(f"{STATS_FILENAME}: {key!r} has {arrays['mean'].shape[0]} dimensions, "
-                               f"the data has shape {np.shape(x)}")
+            raise DatasetError(
+                f"{STATS_FILENAME}: {key!r} has {arrays['mean'].shape[0]} dimensions, "
+                f"the data has shape {np.shape(x)}"
+            )
         return arrays

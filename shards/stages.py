@@ -91,7 +91,9 @@ class EpisodeArrays:
     states: np.ndarray
     frames: Mapping[str, tuple[bytes, ...]]
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)
-    pngs: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)  # member suffix -> T depth/label PNGs
+    pngs: Mapping[str, tuple[bytes, ...]] = field(
+        default_factory=dict
+    )  # member suffix -> T depth/label PNGs
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,9 @@ class StepSample:
     action_mask: np.ndarray
     frames: Mapping[str, bytes]
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)  # key -> this step's array
-    pngs: Mapping[str, bytes] = field(default_factory=dict)  # member suffix -> this step's depth/label PNG
+    pngs: Mapping[str, bytes] = field(
+        default_factory=dict
+    )  # member suffix -> this step's depth/label PNG
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,9 @@ def split_shards(urls: Sequence[str], split: Split) -> Iterator[ShardTask]:
         yield ShardTask(urls[shard], part=index // n, parts=readers)
 
 
-def resample_shards(urls: Sequence[str], rng: np.random.Generator, empty: set[str]) -> Iterator[ShardTask]:
+def resample_shards(
+    urls: Sequence[str], rng: np.random.Generator, empty: set[str]
+) -> Iterator[ShardTask]:
     """Shard URLs -> an endless stream of tasks drawn with replacement, skipping URLs in `empty`.
 
     `empty` is filled by `read_members` as shards turn out to hold nothing.
@@ -196,13 +202,17 @@ def read_members(
         if samples == 0:
             on_empty(task.url)
         if expected is not None and task.url in expected and samples != expected[task.url]:
-            raise DatasetError(f"{task.url}: holds {samples} samples, manifest.json lists "
-                               f"{expected[task.url]}; the shard is truncated or corrupt (run shards.verify)")
+            raise DatasetError(
+                f"{task.url}: holds {samples} samples, manifest.json lists "
+                f"{expected[task.url]}; the shard is truncated or corrupt (run shards.verify)"
+            )
 
 
 def group_samples(members: Iterable[Member]) -> Iterator[RawSample]:
     """Members -> samples: adjacent members with the same key (up to the first dot) of the same task."""
-    for (task, key), group in itertools.groupby(members, key=lambda m: (m.task, m.name.partition(".")[0])):
+    for (task, key), group in itertools.groupby(
+        members, key=lambda m: (m.task, m.name.partition(".")[0])
+    ):
         parts: dict[str, bytes] = {}
         for member in group:
             suffix = member.name.partition(".")[2]
@@ -232,7 +242,9 @@ def group_episodes(samples: Iterable[RawSample]) -> Iterator[RawEpisode]:
             )
         steps.append(sample)
         if len(steps) == first["length"]:
-            yield RawEpisode(sample.task, ordinal, first["episode"], first["instruction"], tuple(steps))
+            yield RawEpisode(
+                sample.task, ordinal, first["episode"], first["instruction"], tuple(steps)
+            )
             steps, ordinal = [], ordinal + 1
     if steps:
         raise _incomplete(steps[-1], first, len(steps))
@@ -244,8 +256,11 @@ def select_episodes(episodes: Iterable[RawEpisode]) -> Iterator[RawEpisode]:
 
 
 def decode_episodes(
-    episodes: Iterable[RawEpisode], cameras: Sequence[str] | None, normalizer: Normalizer,
-    extra_keys: Sequence[str] = (), pngs: Sequence[str] = (),
+    episodes: Iterable[RawEpisode],
+    cameras: Sequence[str] | None,
+    normalizer: Normalizer,
+    extra_keys: Sequence[str] = (),
+    pngs: Sequence[str] = (),
 ) -> Iterator[EpisodeArrays]:
     """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames per camera,
     and the `extra_keys` members stacked as stored."""
@@ -260,7 +275,9 @@ def decode_episodes(
             actions=normalizer.normalize(ACTION_KEY, actions),
             states=normalizer.normalize(STATE_KEY, states),
             frames={c: tuple(_member(s, suffix) for s in ep.samples) for c, suffix in suffixes},
-            extras={key: np.stack([_npy(s, f"{key}.npy") for s in ep.samples]) for key in extra_keys},
+            extras={
+                key: np.stack([_npy(s, f"{key}.npy") for s in ep.samples]) for key in extra_keys
+            },
             pngs={suffix: tuple(_member(s, suffix) for s in ep.samples) for suffix in pngs},
         )
 
@@ -310,7 +327,9 @@ def to_torch(samples: Iterable[StepSample], image_dtype: str) -> Iterator[dict[s
     """StepSamples -> dicts of tensors (see `ShardDataset`), JPEGs decoded to [3, H, W]."""
     for s in samples:
         item = {
-            "images": {camera: _decode_jpeg(data, image_dtype) for camera, data in s.frames.items()},
+            "images": {
+                camera: _decode_jpeg(data, image_dtype) for camera, data in s.frames.items()
+            },
             "state": torch.from_numpy(np.array(s.state, dtype=np.float32)),
             "action_chunk": torch.from_numpy(np.array(s.action_chunk, dtype=np.float32)),
             "action_mask": torch.from_numpy(np.array(s.action_mask, dtype=bool)),
@@ -322,10 +341,13 @@ def to_torch(samples: Iterable[StepSample], image_dtype: str) -> Iterator[dict[s
         for suffix, data in s.pngs.items():
             camera, _, kind = suffix[: -len(".png")].rpartition("_")  # "agentview_depth.png"
             if kind == "depth":
-                item.setdefault("depth", {})[camera] = torch.from_numpy(decode_depth_png(data)[None])
+                item.setdefault("depth", {})[camera] = torch.from_numpy(
+                    decode_depth_png(data)[None]
+                )
             else:
                 item.setdefault("segmentation", {})[camera] = torch.from_numpy(
-                    decode_segmentation_png(data).astype(np.int64))
+                    decode_segmentation_png(data).astype(np.int64)
+                )
         yield item
 
 
@@ -366,8 +388,10 @@ def load_npy(data: bytes) -> np.ndarray:
         return np.load(io.BytesIO(data), allow_pickle=False)
     dtype, shape, order, count = _npy_header(data[:end])
     if len(data) != end + count * dtype.itemsize:
-        raise ValueError(f"holds {len(data) - end} bytes after its header, {dtype} {shape} needs "
-                         f"{count * dtype.itemsize}")
+        raise ValueError(
+            f"holds {len(data) - end} bytes after its header, {dtype} {shape} needs "
+            f"{count * dtype.itemsize}"
+        )
     return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape, order=order)
 
 
@@ -376,7 +400,11 @@ def _npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str, int]:
     # header: the magic, version, length and dict of a .npy file -> (dtype, shape, "C" or "F", count).
     fp = io.BytesIO(header)
     version = np.lib.format.read_magic(fp)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    read = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
     shape, fortran_order, dtype = read(fp)
     if dtype.hasobject:
         raise ValueError(f"holds an object array ({dtype}); pickled objects are refused")
@@ -404,9 +432,10 @@ def _jpeg_cameras(sample: RawSample) -> list[str]:
 
 def _decode_jpeg(data: bytes, image_dtype: str) -> torch.Tensor:
     with Image.open(io.BytesIO(data)) as image:
-        pixels = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))  # [H, W, 3] uint8
+        pixels = np.asarray(
+            image if image.mode == "RGB" else image.convert("RGB")
+        )  # [H, W, 3] uint8
     # numpy for the transposing copy: torch's parallel copy of a small image costs milliseconds
     # of thread hand-offs in the main process.
     tensor = torch.from_numpy(np.array(pixels.transpose(2, 0, 1), order="C"))  # a writable copy
     return tensor.float().div_(255.0) if image_dtype == "float32" else tensor
-

@@ -58,7 +58,9 @@ class KeyStats:
         """Parse one key's entry of stats.json; wrong fields raise `DatasetError`."""
         expected = {f.name for f in fields(cls)}
         if set(entry) != expected:
-            raise DatasetError(f"stats entry has fields {sorted(entry)}, expected {sorted(expected)}")
+            raise DatasetError(
+                f"stats entry has fields {sorted(entry)}, expected {sorted(expected)}"
+            )
         return cls(**{name: entry[name] for name in expected})
 
 
@@ -105,7 +107,10 @@ def _read_arrays(path: Path, collected: dict[str, list[np.ndarray]]) -> None:
 
 
 def _read_members(
-    path: Path, tar: tarfile.TarFile, wanted: Mapping[str, str], collected: dict[str, list[np.ndarray]]
+    path: Path,
+    tar: tarfile.TarFile,
+    wanted: Mapping[str, str],
+    collected: dict[str, list[np.ndarray]],
 ) -> None:
     for member in tar:
         key = wanted.get(member.name.partition(".")[2])

@@ -54,25 +54,33 @@ def iter_tar(stream: BinaryIO, source: str) -> Iterator[tuple[str, bytes]]:
     while True:
         header = blocks.take(BLOCK)
         if len(header) < BLOCK:
-            what = "is empty" if blocks.offset == 0 else (
-                f"ends at byte {blocks.offset} without the end-of-archive block")
+            what = (
+                "is empty"
+                if blocks.offset == 0
+                else (f"ends at byte {blocks.offset} without the end-of-archive block")
+            )
             raise DatasetError(f"{source}: truncated tar file: the stream {what}")
         if header == _ZERO_BLOCK:
             return
         try:
             name, size, kind = _parse_header(header)
         except TarFormatError as exc:
-            raise DatasetError(f"{source}: not a readable tar file: header at byte {blocks.offset - BLOCK}: "
-                               f"{exc}") from None
+            raise DatasetError(
+                f"{source}: not a readable tar file: header at byte {blocks.offset - BLOCK}: {exc}"
+            ) from None
         if kind in _NO_DATA_TYPES:
             continue
         if kind in _TARFILE_TYPES:
             yield from _tarfile_members(_Prepended(header + blocks.rest(), stream), source)
             return
-        data = blocks.take(size, padding=-size % BLOCK)  # unknown types have data too, as tarfile assumes
+        data = blocks.take(
+            size, padding=-size % BLOCK
+        )  # unknown types have data too, as tarfile assumes
         if len(data) < size:
-            raise DatasetError(f"{source}: truncated tar file: member {name} (header at byte "
-                               f"{blocks.offset - len(data) - BLOCK}) has {len(data)} of its {size} bytes")
+            raise DatasetError(
+                f"{source}: truncated tar file: member {name} (header at byte "
+                f"{blocks.offset - len(data) - BLOCK}) has {len(data)} of its {size} bytes"
+            )
         if kind in _REGULAR_TYPES:
             yield name, data
 
@@ -82,7 +90,9 @@ def _parse_header(header: bytes) -> tuple[str, int, bytes]:
     field = header[148:156]
     stored = _number(field, "checksum")
     unsigned = _byte_sum(header) - sum(field) + _CHKSUM_SPACES
-    if stored != unsigned and stored != unsigned - 256 * _high_bytes(header):  # old tars sum signed chars
+    if stored != unsigned and stored != unsigned - 256 * _high_bytes(
+        header
+    ):  # old tars sum signed chars
         raise TarFormatError(f"bad checksum ({stored} stored, {unsigned} computed)")
     name = _text(header[0:100])
     if header[257:263] == _POSIX_MAGIC:

@@ -90,9 +90,13 @@ def verify_dataset(dataset_dir: Path) -> list[str]:
         return [str(exc)]
     problems: list[str] = []
     listed = {info.name for info in manifest.shards}
-    for stray in sorted(p.name for p in shards_dir(dataset_dir).glob("*.tar") if p.name not in listed):
-        problems.append(f"{_rel(stray)}: not listed in {MANIFEST_FILENAME}: no part of the dataset, yet a glob over "
-                        f"{SHARDS_DIRNAME}/*.tar would read it; remove it")
+    for stray in sorted(
+        p.name for p in shards_dir(dataset_dir).glob("*.tar") if p.name not in listed
+    ):
+        problems.append(
+            f"{_rel(stray)}: not listed in {MANIFEST_FILENAME}: no part of the dataset, yet a glob over "
+            f"{SHARDS_DIRNAME}/*.tar would read it; remove it"
+        )
     cameras = _members(dataset_dir, problems)
     found: dict[int, FoundEpisode] = {}
     with_samples, damaged = [], 0
@@ -103,15 +107,19 @@ def verify_dataset(dataset_dir: Path) -> list[str]:
             continue
         for episode in scan.episodes:
             if episode.index in found and found[episode.index].shard != info.name:
-                problems.append(f"{_rel(episode.shard)}: episode {episode.index} is also in "
-                                f"{found[episode.index].shard}; an episode lives in one shard")
+                problems.append(
+                    f"{_rel(episode.shard)}: episode {episode.index} is also in "
+                    f"{found[episode.index].shard}; an episode lives in one shard"
+                )
             found.setdefault(episode.index, episode)
         if scan.samples:
             with_samples.append(info.name)
     problems += _check_episode_records(dataset_dir, found)
     if damaged:
         # Statistics of damaged shards would only repeat the problems above, many times over.
-        problems.append(f"{STATS_FILENAME}: not checked, {damaged} shard(s) missing, unreadable or changed")
+        problems.append(
+            f"{STATS_FILENAME}: not checked, {damaged} shard(s) missing, unreadable or changed"
+        )
     else:
         problems += _check_stats(dataset_dir, with_samples, found)
     return problems
@@ -134,8 +142,10 @@ def _check_shard(
     if size != info.bytes:
         problems.append(f"{where}: {size} bytes, {MANIFEST_FILENAME} says {info.bytes}")
     elif (digest := sha256_file(path)) != info.sha256:
-        problems.append(f"{where}: sha256 {digest[:16]}... does not match {MANIFEST_FILENAME} "
-                        f"({info.sha256[:16]}...): the file changed after it was written")
+        problems.append(
+            f"{where}: sha256 {digest[:16]}... does not match {MANIFEST_FILENAME} "
+            f"({info.sha256[:16]}...): the file changed after it was written"
+        )
     else:
         scan.changed = False
     try:
@@ -146,8 +156,10 @@ def _check_shard(
         problems.append(f"{where}: not a readable tar file ({exc})")
         return None
     problems += scan.report()
-    for what, recorded, actual in (("samples", info.samples, scan.samples),
-                                   ("episodes", info.episodes, len(scan.episodes))):
+    for what, recorded, actual in (
+        ("samples", info.samples, scan.samples),
+        ("episodes", info.episodes, len(scan.episodes)),
+    ):
         if recorded != actual:
             problems.append(f"{where}: holds {actual} {what}, {MANIFEST_FILENAME} says {recorded}")
     return scan
@@ -204,14 +216,18 @@ class _ShardScan:
 
     def finish(self) -> None:
         if self._open is not None:
-            self._problem(f"episode {self._open['episode']} stops at step {self._last} of "
-                          f"{self._open['length']} at the end of the shard: not whole")
+            self._problem(
+                f"episode {self._open['episode']} stops at step {self._last} of "
+                f"{self._open['length']} at the end of the shard: not whole"
+            )
             self._close()
 
     def report(self) -> list[str]:
         shown = self.problems[:MAX_PROBLEMS_PER_SHARD]
         if len(self.problems) > len(shown):
-            shown.append(f"{_rel(self.name)}: ... and {len(self.problems) - len(shown)} more problems")
+            shown.append(
+                f"{_rel(self.name)}: ... and {len(self.problems) - len(shown)} more problems"
+            )
         return shown
 
     def _expected_members(self) -> list[str]:
@@ -228,8 +244,10 @@ class _ShardScan:
             return
         expected = (png.width, png.height, png.bits, _PNG_GRAYSCALE)
         if (width, height, bits, colour) != expected:
-            self._problem(f"{key}.{png.suffix}: {width}x{height}, {bits}-bit, colour type {colour}; "
-                          f"expected {png.width}x{png.height} {png.bits}-bit grayscale (dataset_info.json)")
+            self._problem(
+                f"{key}.{png.suffix}: {width}x{height}, {bits}-bit, colour type {colour}; "
+                f"expected {png.width}x{png.height} {png.bits}-bit grayscale (dataset_info.json)"
+            )
 
     def _meta(self, key: str, data: bytes) -> dict[str, Any] | None:
         try:
@@ -250,34 +268,47 @@ class _ShardScan:
 
     def _step(self, key: str, meta: dict[str, Any]) -> None:
         if self._open is not None and meta["episode"] != self._open["episode"]:
-            self._problem(f"episode {self._open['episode']} stops at step {self._last} of "
-                          f"{self._open['length']}, sample {key} follows: not whole")
+            self._problem(
+                f"episode {self._open['episode']} stops at step {self._last} of "
+                f"{self._open['length']}, sample {key} follows: not whole"
+            )
             self._close()
         if self._open is None:
             self._start(key, meta)
         elif meta["step"] != self._last + 1:
-            self._problem(f"sample {key}: episode {meta['episode']} goes from step {self._last} "
-                          f"to step {meta['step']}: not whole, or out of order")
+            self._problem(
+                f"sample {key}: episode {meta['episode']} goes from step {self._last} "
+                f"to step {meta['step']}: not whole, or out of order"
+            )
         self._last, self._count = meta["step"], self._count + 1
-        if (meta["step"] == 0) != meta["is_first"] or (meta["step"] == meta["length"] - 1) != meta["is_last"]:
-            self._problem(f"{key}.meta.json: is_first/is_last disagree with step {meta['step']} "
-                          f"of length {meta['length']}")
+        if (meta["step"] == 0) != meta["is_first"] or (meta["step"] == meta["length"] - 1) != meta[
+            "is_last"
+        ]:
+            self._problem(
+                f"{key}.meta.json: is_first/is_last disagree with step {meta['step']} "
+                f"of length {meta['length']}"
+            )
         if meta["step"] >= self._open["length"] - 1:
             self._close()
 
     def _start(self, key: str, meta: dict[str, Any]) -> None:
         if meta["step"] != 0:
-            self._problem(f"sample {key}: episode {meta['episode']} starts at step {meta['step']}, not 0")
+            self._problem(
+                f"sample {key}: episode {meta['episode']} starts at step {meta['step']}, not 0"
+            )
         if self.episodes and meta["episode"] <= self.episodes[-1].index:
-            self._problem(f"sample {key}: episode {meta['episode']} after episode "
-                          f"{self.episodes[-1].index}; episodes must be whole and in increasing order")
+            self._problem(
+                f"sample {key}: episode {meta['episode']} after episode "
+                f"{self.episodes[-1].index}; episodes must be whole and in increasing order"
+            )
         self._open, self._last, self._count = meta, -1, 0
 
     def _close(self) -> None:
         # length: the steps actually found, which episodes.jsonl is then checked against
         meta = self._open
-        self.episodes.append(FoundEpisode(meta["episode"], self.name, self._count,
-                                          meta["instruction"], meta["seed"]))
+        self.episodes.append(
+            FoundEpisode(meta["episode"], self.name, self._count, meta["instruction"], meta["seed"])
+        )
         self._open = None
 
     def _problem(self, text: str) -> None:
@@ -301,20 +332,28 @@ def _check_episode_records(dataset_dir: Path, found: Mapping[int, FoundEpisode])
         seen.add(record.index)
         episode = found.get(record.index)
         if episode is None:
-            problems.append(f"{EPISODES_FILENAME}: episode {record.index} ({record.shard}) is not in "
-                            f"the shards of {MANIFEST_FILENAME} as read")
+            problems.append(
+                f"{EPISODES_FILENAME}: episode {record.index} ({record.shard}) is not in "
+                f"the shards of {MANIFEST_FILENAME} as read"
+            )
             continue
         for name in ("shard", "length", "instruction", "seed"):
             recorded, actual = getattr(record, name), getattr(episode, name)
             if recorded != actual:
-                problems.append(f"{EPISODES_FILENAME}: episode {record.index} has {name} {recorded!r}, "
-                                f"{_rel(episode.shard)} holds {actual!r}")
+                problems.append(
+                    f"{EPISODES_FILENAME}: episode {record.index} has {name} {recorded!r}, "
+                    f"{_rel(episode.shard)} holds {actual!r}"
+                )
     for index in sorted(set(found) - seen):
-        problems.append(f"{_rel(found[index].shard)}: episode {index} is missing from {EPISODES_FILENAME}")
+        problems.append(
+            f"{_rel(found[index].shard)}: episode {index} is missing from {EPISODES_FILENAME}"
+        )
     return problems
 
 
-def _check_stats(dataset_dir: Path, shard_names: Sequence[str], found: Mapping[int, FoundEpisode]) -> list[str]:
+def _check_stats(
+    dataset_dir: Path, shard_names: Sequence[str], found: Mapping[int, FoundEpisode]
+) -> list[str]:
     try:
         recorded = load_stats(dataset_dir)
     except DatasetError as exc:
@@ -336,14 +375,18 @@ def _check_stats(dataset_dir: Path, shard_names: Sequence[str], found: Mapping[i
     totals = {"episodes": len(found), "transitions": sum(ep.length for ep in found.values())}
     for name, actual in totals.items():
         if name in recorded.extra and recorded.extra[name] != actual:
-            problems.append(f"{STATS_FILENAME}: {name} is {recorded.extra[name]!r}, the shards hold {actual}")
+            problems.append(
+                f"{STATS_FILENAME}: {name} is {recorded.extra[name]!r}, the shards hold {actual}"
+            )
     return problems
 
 
 def _compare_key_stats(key: str, recorded: KeyStats, fresh: KeyStats) -> list[str]:
     problems = []
     if recorded.count != fresh.count:
-        problems.append(f"{STATS_FILENAME}: {key}.count is {recorded.count!r}, the shards hold {fresh.count}")
+        problems.append(
+            f"{STATS_FILENAME}: {key}.count is {recorded.count!r}, the shards hold {fresh.count}"
+        )
     for f in fields(KeyStats):
         if f.name == "count":
             continue
@@ -354,11 +397,15 @@ def _compare_key_stats(key: str, recorded: KeyStats, fresh: KeyStats) -> list[st
             problems.append(f"{STATS_FILENAME}: {key}.{f.name} is not a list of numbers")
             continue
         if got.shape != expected.shape:
-            problems.append(f"{STATS_FILENAME}: {key}.{f.name} has shape {got.shape}, the data {expected.shape}")
+            problems.append(
+                f"{STATS_FILENAME}: {key}.{f.name} has shape {got.shape}, the data {expected.shape}"
+            )
         elif not np.allclose(got, expected, rtol=STATS_RTOL, atol=STATS_ATOL):
             worst = float(np.max(np.abs(got - expected)))
-            problems.append(f"{STATS_FILENAME}: {key}.{f.name} differs from the data recomputed "
-                            f"(largest difference {worst:.3g})")
+            problems.append(
+                f"{STATS_FILENAME}: {key}.{f.name} differs from the data recomputed "
+                f"(largest difference {worst:.3g})"
+            )
     return problems
 
 
@@ -384,7 +431,11 @@ def _members(dataset_dir: Path, problems: list[str]) -> _Expected | None:
     jpegs, pngs = [], []
     for i, camera in enumerate(info.get("cameras", [])):
         try:
-            name, width, height = camera["name"], int(camera.get("width", 0)), int(camera.get("height", 0))
+            name, width, height = (
+                camera["name"],
+                int(camera.get("width", 0)),
+                int(camera.get("height", 0)),
+            )
             jpegs.append(f"{name}.jpg")
             if camera.get("depth"):
                 pngs.append(_PngMember(depth_member(name), width, height, 16))
@@ -402,4 +453,3 @@ def _is_int(value: Any) -> bool:
 
 def _rel(shard: str) -> str:
     return f"{SHARDS_DIRNAME}/{shard}"
-

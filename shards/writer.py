@@ -82,7 +82,9 @@ class ShardInfo:
                 raise DatasetError(f"shard entry {name!r} must be an int >= 0, got {entry[name]!r}")
         for name in ("name", "sha256"):
             if not isinstance(entry[name], str) or not entry[name]:
-                raise DatasetError(f"shard entry {name!r} must be a non-empty string, got {entry[name]!r}")
+                raise DatasetError(
+                    f"shard entry {name!r} must be a non-empty string, got {entry[name]!r}"
+                )
         return cls(**entry)
 
 
@@ -98,9 +100,10 @@ def write_shard(episodes: Sequence[Episode], shards_dir: Path, shard_index: int)
     """
     ordered = _check_episodes(episodes, shard_index)
     path = Path(shards_dir) / shard_name(shard_index)
-    with atomic_output(path) as f, tarfile.open(
-        fileobj=f, mode="w", format=_TAR_FORMAT, encoding="utf-8"
-    ) as tar:
+    with (
+        atomic_output(path) as f,
+        tarfile.open(fileobj=f, mode="w", format=_TAR_FORMAT, encoding="utf-8") as tar,
+    ):
         for member, data in _shard_members(ordered):
             tar.addfile(_tar_info(member, len(data)), io.BytesIO(data))
     return ShardInfo(
@@ -127,7 +130,9 @@ def _check_episodes(episodes: Sequence[Episode], shard_index: int) -> list[Episo
         if not isinstance(ep, Episode):
             raise TypeError(f"write_shard takes Episode records, got {type(ep).__name__}")
         if ep.shard != shard_index:
-            raise ValueError(f"episode {ep.index} belongs to shard {ep.shard}, not shard {shard_index}")
+            raise ValueError(
+                f"episode {ep.index} belongs to shard {ep.shard}, not shard {shard_index}"
+            )
         if ep.index in seen:
             raise ValueError(f"episode index {ep.index} appears twice in shard {shard_index}")
         seen.add(ep.index)

@@ -62,5 +62,8 @@ def lift_dataset(tmp_path_factory, tiny_lift_spec, ray_cluster) -> Path:
     from factory.cli import main
 
     out = tmp_path_factory.mktemp("datasets") / "lift"
-    assert main(["run", str(tiny_lift_spec), "--out", str(out), "--workers", "2", "--no-progress"]) == 0
+    assert (
+        main(["run", str(tiny_lift_spec), "--out", str(out), "--workers", "2", "--no-progress"])
+        == 0
+    )
     return out

@@ -37,7 +37,16 @@ APPEARANCE = {
     "lights": {"position": 0.3, "direction": 0.3, "intensity": [0.5, 1.2], "color": 0.2},
     "camera": {"position": 0.02, "orientation": 0.05},
 }
-MODEL_ARRAYS = ("tex_data", "mat_rgba", "geom_rgba", "light_pos", "light_dir", "light_diffuse", "cam_pos", "cam_quat")
+MODEL_ARRAYS = (
+    "tex_data",
+    "mat_rgba",
+    "geom_rgba",
+    "light_pos",
+    "light_dir",
+    "light_diffuse",
+    "cam_pos",
+    "cam_quat",
+)
 
 
 # --- patterns and draws (no simulator) ---------------------------------------------------------
@@ -59,7 +68,9 @@ def test_patterns_are_deterministic_per_seed_and_shaped(name):
     low, high = np.round(colors.min(0) * 255) - 1, np.round(colors.max(0) * 255) + 1
     assert np.all(first >= low) and np.all(first <= high)
     if name != "solid":
-        others = [make_pattern(name, np.random.default_rng(s), 48, colors).tobytes() for s in range(8, 12)]
+        others = [
+            make_pattern(name, np.random.default_rng(s), 48, colors).tobytes() for s in range(8, 12)
+        ]
         assert any(o != first.tobytes() for o in others)
         assert len(np.unique(first.reshape(-1, 3), axis=0)) > 1
 
@@ -74,9 +85,13 @@ def test_fit_texture_resizes_by_nearest_neighbour():
 @pytest.fixture(scope="module")
 def stack_spec(tmp_path_factory):
     path = write_spec(
-        tmp_path_factory.mktemp("appearance") / "stack_app.yaml", base="stack.yaml", name="stack_app",
-        cameras=[{"name": "agentview", "width": SIZE, "height": SIZE},
-                 {"name": "robot0_eye_in_hand", "width": SIZE, "height": SIZE}],
+        tmp_path_factory.mktemp("appearance") / "stack_app.yaml",
+        base="stack.yaml",
+        name="stack_app",
+        cameras=[
+            {"name": "agentview", "width": SIZE, "height": SIZE},
+            {"name": "robot0_eye_in_hand", "width": SIZE, "height": SIZE},
+        ],
         appearance=APPEARANCE,
     )
     return load_spec(path)
@@ -93,7 +108,10 @@ def test_draws_are_deterministic_json_and_round_trip(stack_spec):
     for light in draw.lights:
         assert 0.5 <= light.intensity <= 1.2 and all(abs(x) <= 0.3 for x in light.position)
     for cam in draw.cameras.values():
-        assert all(abs(x) <= 0.02 for x in cam.position) and np.linalg.norm(cam.rotation) <= 0.05 + 1e-6
+        assert (
+            all(abs(x) <= 0.02 for x in cam.position)
+            and np.linalg.norm(cam.rotation) <= 0.05 + 1e-6
+        )
     for look in draw.surfaces.values():
         assert look.pattern in PATTERNS and look.bank_image is None  # no bank in this spec
 
@@ -165,13 +183,18 @@ def test_camera_jitter_moves_the_image_relative_to_its_parent(stack, stack_spec)
     scene, renderer, randomizer = stack
     scene.reset_to(None, Placement({}))
     original, cam_pos = _render(scene, renderer), scene.model.cam_pos.copy()
-    only_camera = AppearanceDraw(cameras=randomizer.draw(variant_rng(stack_spec.seed, 7, 1)).cameras)
+    only_camera = AppearanceDraw(
+        cameras=randomizer.draw(variant_rng(stack_spec.seed, 7, 1)).cameras
+    )
     randomizer.apply(only_camera)
     moved = _render(scene, renderer)
     # cam_pos is in the parent body's frame: the hand camera moved relative to the hand.
     hand = randomizer.cameras["robot0_eye_in_hand"]
     assert scene.model.cam_bodyid[hand] != 0
-    assert np.allclose(scene.model.cam_pos[hand] - cam_pos[hand], only_camera.cameras["robot0_eye_in_hand"].position)
+    assert np.allclose(
+        scene.model.cam_pos[hand] - cam_pos[hand],
+        only_camera.cameras["robot0_eye_in_hand"].position,
+    )
     randomizer.restore()
     for cam in original:
         assert np.abs(moved[cam].astype(int) - original[cam]).mean() > 1.0
@@ -191,8 +214,11 @@ def test_bank_images_are_written_into_the_surface_textures(stack, stack_spec):
     randomizer.apply(draw)
     for name in ("table", "cubeA"):
         for tex in randomizer.surfaces[name].textures:
-            adr, n = scene.model.tex_adr[tex], scene.model.tex_width[tex] * scene.model.tex_height[tex] * 3
-            pixels = scene.model.tex_data[adr: adr + n].reshape(-1, 3)
+            adr, n = (
+                scene.model.tex_adr[tex],
+                scene.model.tex_width[tex] * scene.model.tex_height[tex] * 3,
+            )
+            pixels = scene.model.tex_data[adr : adr + n].reshape(-1, 3)
             assert (pixels == [200, 0, 0]).all()
     randomizer.restore()  # no upload given: the GL copies were never changed either
     assert _model_bytes(scene) == before
@@ -201,7 +227,9 @@ def test_bank_images_are_written_into_the_surface_textures(stack, stack_spec):
 def _bank_spec(spec, surfaces):
     bank = {"model": "unused/for-this-test", "prompts": ["wood"], "share": 1.0}
     textures = TextureRandomization.model_validate({"surfaces": surfaces, "bank": bank})
-    return spec.model_copy(update={"appearance": spec.appearance.model_copy(update={"textures": textures})})
+    return spec.model_copy(
+        update={"appearance": spec.appearance.model_copy(update={"textures": textures})}
+    )
 
 
 def test_a_spec_with_a_bank_refuses_a_dataset_without_one(stack, stack_spec, tmp_path):
@@ -218,12 +246,18 @@ def test_a_spec_with_a_bank_refuses_a_dataset_without_one(stack, stack_spec, tmp
 def variant_shard(tmp_path_factory):
     """One real shard of Lift, K = 2, written by ShardWorker.run_shard; episodes.jsonl saved."""
     path = write_spec(
-        tmp_path_factory.mktemp("variants") / "lift_k2.yaml", name="lift_k2", task={"horizon": 300},  # ~300 frames a variant
+        tmp_path_factory.mktemp("variants") / "lift_k2.yaml",
+        name="lift_k2",
+        task={"horizon": 300},  # ~300 frames a variant
         generation={"attempts": 1, "attempts_per_shard": 1},
         cameras=[{"name": "agentview", "width": SIZE, "height": SIZE}],
         render={"shadows": False},  # ~2x fewer GL passes per frame; nothing here looks at shadows
-        appearance={"variants_per_trajectory": 2, "textures": {"surfaces": ["table", "cube"]},
-                    "lights": {"intensity": [0.5, 1.5], "color": 0.2}, "camera": {"position": 0.03}},
+        appearance={
+            "variants_per_trajectory": 2,
+            "textures": {"surfaces": ["table", "cube"]},
+            "lights": {"intensity": [0.5, 1.5], "color": 0.2},
+            "camera": {"position": 0.03},
+        },
     )
     spec = load_spec(path)
     resolved = resolve_spec(spec)
@@ -246,7 +280,9 @@ def test_k_variants_make_k_episodes_per_success(variant_shard):
         assert [r.index for r in records] == [2 * attempt_id, 2 * attempt_id + 1]
         assert [r.provenance["variant"] for r in records] == [0, 1]
         original, varied = (AppearanceDraw.from_json(r.provenance["appearance"]) for r in records)
-        assert original.is_original and not varied.is_original  # keep_original: variant 0 as modelled
+        assert (
+            original.is_original and not varied.is_original
+        )  # keep_original: variant 0 as modelled
         assert len({r.length for r in records}) == 1 and len({r.seed for r in records}) == 1
     assert len({r.index for r in result.episodes}) == len(result.episodes)
     # Same states, different looks: the tar holds different first frames for the two variants.
@@ -272,7 +308,9 @@ def test_provenance_round_trips_through_episodes_jsonl_and_rerenders_the_frame(v
     varied = next(r for r in loaded.values() if r.provenance["variant"] == 1)
     # The record alone (draw + state) reproduces the stored frame byte for byte.
     with tarfile.open(shards_dir(out) / result.info.name) as tar:
-        state = np.load(io.BytesIO(tar.extractfile(f"e{varied.index:08d}_t0000.sim_state.npy").read()))
+        state = np.load(
+            io.BytesIO(tar.extractfile(f"e{varied.index:08d}_t0000.sim_state.npy").read())
+        )
     worker.appearance.apply(AppearanceDraw.from_json(varied.provenance["appearance"]))
     worker.scene.set_state(state)
     image = worker.renderer.render_current()["agentview"]

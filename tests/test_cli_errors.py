@@ -27,7 +27,10 @@ def factory(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     # The timeout only keeps a hung run from hanging the suite; nothing asserts on time.
     return subprocess.run(
         [sys.executable, "-m", "factory.cli", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -61,7 +64,8 @@ def snapshot(directory: Path) -> dict[str, str]:
     """Every file under directory -> sha256 of its bytes."""
     return {
         str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(directory.rglob("*")) if p.is_file()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -70,12 +74,16 @@ def snapshot(directory: Path) -> dict[str, str]:
 
 def test_malformed_yaml(tmp_path):
     (tmp_path / "spec.yaml").write_text("name: lift\nseed: 0\ntask: {env: Lift\nobjects: {}\n")
-    assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "malformed YAML", "line 4")
+    assert_user_error(
+        factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "malformed YAML", "line 4"
+    )
 
 
 def test_unknown_key_lists_valid_keys(tmp_path):
     write_spec(tmp_path, "lift", mutate=lambda raw: raw["generation"].update(atempts=3))
-    line = assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "generation.atempts")
+    line = assert_user_error(
+        factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "generation.atempts"
+    )
     assert "unknown key" in line
     assert "attempts, target_successes, attempts_per_shard" in line
 
@@ -83,12 +91,20 @@ def test_unknown_key_lists_valid_keys(tmp_path):
 def test_missing_seed_file(tmp_path):
     absent = tmp_path / "nowhere" / "demo.hdf5"
     write_spec(tmp_path, "lift", mutate=lambda raw: raw.update(seed_demos=[str(absent)]))
-    assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "seed_demos[0]", "file not found", str(absent))
+    assert_user_error(
+        factory(tmp_path, "validate", "spec.yaml"),
+        "spec.yaml",
+        "seed_demos[0]",
+        "file not found",
+        str(absent),
+    )
 
 
 def test_seed_demo_of_another_task(tmp_path):
     write_spec(tmp_path, "stack", mutate=lambda raw: raw.update(seed_demos=[str(LIFT_DEMOS)]))
-    line = assert_user_error(factory(tmp_path, "validate", "spec.yaml"), str(LIFT_DEMOS), "demo_1", "32", "45")
+    line = assert_user_error(
+        factory(tmp_path, "validate", "spec.yaml"), str(LIFT_DEMOS), "demo_1", "32", "45"
+    )
     assert "Stack" in line
 
 
@@ -98,7 +114,11 @@ def test_unknown_camera_lists_valid_cameras(tmp_path):
 
     write_spec(tmp_path, "stack", mutate=mutate)
     assert_user_error(
-        factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "cameras[0].name", "'frontcam'", "agentview",
+        factory(tmp_path, "validate", "spec.yaml"),
+        "spec.yaml",
+        "cameras[0].name",
+        "'frontcam'",
+        "agentview",
     )
 
 
@@ -120,12 +140,28 @@ def test_run_into_a_different_dataset_changes_nothing(tmp_path):
     spec = write_spec(tmp_path, "stack")
     out = tmp_path / "existing"
     (out / "shards").mkdir(parents=True)
-    info = {"schema_version": 1, "name": "other", "spec_fingerprint": "0" * 64, "spec": {"name": "other"}}
+    info = {
+        "schema_version": 1,
+        "name": "other",
+        "spec_fingerprint": "0" * 64,
+        "spec": {"name": "other"},
+    }
     (out / "dataset_info.json").write_text(json.dumps(info))
     (out / "shards" / "shard-000000.tar").write_bytes(bytes(range(256)) * 4)
     before = snapshot(out)
 
-    result = factory(tmp_path, "run", spec.name, "--out", "existing", "--attempts", "1", "--workers", "1", "--no-progress")
+    result = factory(
+        tmp_path,
+        "run",
+        spec.name,
+        "--out",
+        "existing",
+        "--attempts",
+        "1",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
 
     line = assert_user_error(result, "existing", "holds a different dataset", "'other'")
     assert "choose another --out" in line
@@ -134,8 +170,21 @@ def test_run_into_a_different_dataset_changes_nothing(tmp_path):
 
 def test_run_with_a_bad_spec_creates_no_output(tmp_path):
     # Fails late, while annotating seed demos, after the env was built: still nothing written.
-    spec = write_spec(tmp_path, "stack", mutate=lambda raw: raw.update(seed_demos=[str(LIFT_DEMOS)]))
-    result = factory(tmp_path, "run", spec.name, "--out", "new/dataset", "--attempts", "1", "--workers", "1", "--no-progress")
+    spec = write_spec(
+        tmp_path, "stack", mutate=lambda raw: raw.update(seed_demos=[str(LIFT_DEMOS)])
+    )
+    result = factory(
+        tmp_path,
+        "run",
+        spec.name,
+        "--out",
+        "new/dataset",
+        "--attempts",
+        "1",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
     assert_user_error(result, str(LIFT_DEMOS), "demo_1")
     assert not (tmp_path / "new").exists()
     assert not (tmp_path / "out").exists()
@@ -154,7 +203,18 @@ def test_run_into_something_that_is_not_a_dataset(tmp_path, kind):
         expected = "is not a directory"
     before = snapshot(tmp_path)
 
-    result = factory(tmp_path, "run", spec.name, "--out", "mine", "--attempts", "1", "--workers", "1", "--no-progress")
+    result = factory(
+        tmp_path,
+        "run",
+        spec.name,
+        "--out",
+        "mine",
+        "--attempts",
+        "1",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
 
     assert_user_error(result, "mine", expected)
     assert snapshot(tmp_path) == before
@@ -180,19 +240,31 @@ def test_bad_flag_values(tmp_path, flag, value):
 def _set_ends_when(index: int, text: str):
     def mutate(raw):
         raw["subtasks"][index]["ends_when"] = text
+
     return mutate
 
 
 @pytest.mark.parametrize(
     ("mutate", "fragments"),
     [
-        (_set_ends_when(0, "opened(cube, 0.3)"), ("subtasks[0].ends_when", "'cube'", "no hinge or slide joint")),
-        (_set_ends_when(0, "lifted(cube, 0.6)"),
-         ("data/demo_1", "subtask 0 never ends", "lifted(cube, 0.6) does not hold")),
-        (_set_ends_when(0, "all(grasped(cube), near(cube, sphere))"),
-         ("subtasks[0].ends_when", "unknown object 'sphere'", "expected one of: cube")),
+        (
+            _set_ends_when(0, "opened(cube, 0.3)"),
+            ("subtasks[0].ends_when", "'cube'", "no hinge or slide joint"),
+        ),
+        (
+            _set_ends_when(0, "lifted(cube, 0.6)"),
+            ("data/demo_1", "subtask 0 never ends", "lifted(cube, 0.6) does not hold"),
+        ),
+        (
+            _set_ends_when(0, "all(grasped(cube), near(cube, sphere))"),
+            ("subtasks[0].ends_when", "unknown object 'sphere'", "expected one of: cube"),
+        ),
     ],
-    ids=["joint-predicate-on-a-free-object", "subtask-never-ends-in-a-demo", "unknown-object-in-a-composition"],
+    ids=[
+        "joint-predicate-on-a-free-object",
+        "subtask-never-ends-in-a-demo",
+        "unknown-object-in-a-composition",
+    ],
 )
 def test_predicates_that_cannot_work_are_one_line_errors(tmp_path, mutate, fragments):
     spec = write_spec(tmp_path, "lift", mutate=mutate)

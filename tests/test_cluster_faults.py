@@ -23,7 +23,8 @@ import pytest
 from conftest import write_spec
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ray.scripts.scripts") is None, reason="`ray start` is unavailable (no ray.scripts)"
+    importlib.util.find_spec("ray.scripts.scripts") is None,
+    reason="`ray start` is unavailable (no ray.scripts)",
 )
 
 FACTORY = str(Path(sys.executable).parent / "factory")
@@ -34,8 +35,11 @@ ACTOR = "ray::_ShardActor"  # a worker process's title; `ray::_ShardActor.run_sh
 def lowdim_spec(tmp_path_factory) -> Path:
     """Lift, physics and low-dimensional data only: 8 attempts in 4 shards."""
     return write_spec(
-        tmp_path_factory.mktemp("spec") / "cluster_lift.yaml", name="cluster_lift", task={"horizon": 400},
-        generation={"attempts": 8, "attempts_per_shard": 2}, cameras=[],
+        tmp_path_factory.mktemp("spec") / "cluster_lift.yaml",
+        name="cluster_lift",
+        task={"horizon": 400},
+        generation={"attempts": 8, "attempts_per_shard": 2},
+        cameras=[],
     )
 
 
@@ -67,15 +71,29 @@ def two_nodes():
     try:
         yield cluster
     finally:
-        assert cluster.stop() == []  # SIGTERM to each `ray start --block` ended every process of the cluster
+        assert (
+            cluster.stop() == []
+        )  # SIGTERM to each `ray start --block` ended every process of the cluster
 
 
 def factory_run(spec: Path, out: Path, cluster, workers: int = 2, wait: bool = True):
     from cluster.local import driver_env
 
-    cmd = [FACTORY, "run", str(spec), "--out", str(out), "--workers", str(workers), "--address", cluster.address,
-           "--no-progress"]
-    proc = subprocess.Popen(cmd, env=driver_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [
+        FACTORY,
+        "run",
+        str(spec),
+        "--out",
+        str(out),
+        "--workers",
+        str(workers),
+        "--address",
+        cluster.address,
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=driver_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     if not wait:
         return proc
     stdout, stderr = proc.communicate(timeout=300)
@@ -85,7 +103,11 @@ def factory_run(spec: Path, out: Path, cluster, workers: int = 2, wait: bool = T
 def listed(out: Path) -> dict[str, str]:
     from shards import load_manifest
 
-    return {s.name: s.sha256 for s in load_manifest(out).shards} if (out / "manifest.json").exists() else {}
+    return (
+        {s.name: s.sha256 for s in load_manifest(out).shards}
+        if (out / "manifest.json").exists()
+        else {}
+    )
 
 
 def assert_same_dataset(out: Path, reference: Path) -> None:
@@ -95,7 +117,9 @@ def assert_same_dataset(out: Path, reference: Path) -> None:
     assert listed(out) == listed(reference)
     assert all(verify_shard(out, info) for info in load_manifest(out).shards)
     assert (out / "episodes.jsonl").read_bytes() == (reference / "episodes.jsonl").read_bytes()
-    assert sorted(p.name for p in shards_dir(out).iterdir()) == sorted(listed(reference))  # no temporaries
+    assert sorted(p.name for p in shards_dir(out).iterdir()) == sorted(
+        listed(reference)
+    )  # no temporaries
 
 
 def wait_for(condition, timeout_s: float = 120.0, what: str = "condition"):
@@ -113,7 +137,9 @@ def actors(cluster, running: bool = False) -> list[int]:
     return sorted(pid for pid, cmd in cluster.processes().items() if cmd.startswith(title))
 
 
-def test_two_nodes_both_run_shards_and_write_the_single_process_dataset(two_nodes, lowdim_spec, reference, tmp_path):
+def test_two_nodes_both_run_shards_and_write_the_single_process_dataset(
+    two_nodes, lowdim_spec, reference, tmp_path
+):
     code, stdout, stderr = factory_run(lowdim_spec, tmp_path / "out", two_nodes, workers=2)
     assert code == 0, stderr
     generation = json.loads((tmp_path / "out" / "generation.json").read_text())
@@ -122,19 +148,25 @@ def test_two_nodes_both_run_shards_and_write_the_single_process_dataset(two_node
     assert_same_dataset(tmp_path / "out", reference)
 
 
-def test_a_worker_killed_mid_shard_is_replaced_and_the_shard_redone(two_nodes, lowdim_spec, reference, tmp_path):
+def test_a_worker_killed_mid_shard_is_replaced_and_the_shard_redone(
+    two_nodes, lowdim_spec, reference, tmp_path
+):
     proc = factory_run(lowdim_spec, tmp_path / "out", two_nodes, workers=2, wait=False)
     victim = wait_for(lambda: actors(two_nodes, running=True), what="a worker running a shard")[0]
     time.sleep(0.5)  # inside the shard's attempts, well before its write
     os.kill(victim, signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
-    assert re.search(rf"warning: worker pid {victim} on node \w+ died during shard-\d+\.tar .*the shard is redone",
-                     stderr), stderr
+    assert re.search(
+        rf"warning: worker pid {victim} on node \w+ died during shard-\d+\.tar .*the shard is redone",
+        stderr,
+    ), stderr
     assert_same_dataset(tmp_path / "out", reference)
 
 
-def test_a_driver_killed_mid_run_is_resumed_to_the_same_dataset(two_nodes, lowdim_spec, reference, tmp_path):
+def test_a_driver_killed_mid_run_is_resumed_to_the_same_dataset(
+    two_nodes, lowdim_spec, reference, tmp_path
+):
     out = tmp_path / "out"
     proc = factory_run(lowdim_spec, out, two_nodes, workers=1, wait=False)
     wait_for(lambda: listed(out), what="the first shard in manifest.json")
@@ -149,12 +181,18 @@ def test_a_driver_killed_mid_run_is_resumed_to_the_same_dataset(two_nodes, lowdi
     code, stdout, stderr = factory_run(lowdim_spec, out, two_nodes, workers=2)
     assert code == 0, stderr
     assert_same_dataset(out, reference)
-    assert {name: (out / "shards" / name).stat().st_mtime_ns for name in before} == mtimes  # kept, not redone
+    assert {
+        name: (out / "shards" / name).stat().st_mtime_ns for name in before
+    } == mtimes  # kept, not redone
 
 
-def test_a_full_disk_stops_in_one_line_keeping_finished_shards_and_resumes(two_nodes, lowdim_spec, reference, tmp_path):
+def test_a_full_disk_stops_in_one_line_keeping_finished_shards_and_resumes(
+    two_nodes, lowdim_spec, reference, tmp_path
+):
     out = tmp_path / "out"
-    wait_for(lambda: not actors(two_nodes), timeout_s=60, what="the workers of earlier runs to exit")
+    wait_for(
+        lambda: not actors(two_nodes), timeout_s=60, what="the workers of earlier runs to exit"
+    )
     proc = factory_run(lowdim_spec, out, two_nodes, workers=1, wait=False)
     worker = wait_for(lambda: actors(two_nodes), what="the worker")[0]
     first = wait_for(lambda: listed(out), what="the first shard in manifest.json")
@@ -167,10 +205,13 @@ def test_a_full_disk_stops_in_one_line_keeping_finished_shards_and_resumes(two_n
     assert len(errors) == 1 and "Traceback" not in stderr, stderr
     assert re.fullmatch(
         rf"error: {re.escape(str(out.resolve()))}/shards/shard-\d{{6}}\.tar: cannot write the shard: "
-        r"\[Errno 28\] No space left on device; .*run the same command again to resume", errors[0],
+        r"\[Errno 28\] No space left on device; .*run the same command again to resume",
+        errors[0],
     ), errors[0]
     kept = listed(out)
-    assert first.items() <= kept.items() and kept.items() <= listed(reference).items()  # finished, intact
+    assert (
+        first.items() <= kept.items() and kept.items() <= listed(reference).items()
+    )  # finished, intact
     assert len(kept) < len(listed(reference))
 
     for link in (out / "shards").glob(".shard-*"):  # the disk is "fixed"
@@ -186,8 +227,13 @@ def test_a_driver_killed_with_its_own_local_cluster_leaves_no_ray_process(lowdim
     from cluster.reaper import descendants, start_time
 
     out = tmp_path / "out"
-    proc = subprocess.Popen([FACTORY, "run", str(lowdim_spec), "--out", str(out), "--workers", "1", "--no-progress"],
-                            env=driver_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [FACTORY, "run", str(lowdim_spec), "--out", str(out), "--workers", "1", "--no-progress"],
+        env=driver_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen: dict[int, int] = {}  # pid -> start time of everything below the driver
     names: list[str] = []
 
@@ -205,5 +251,8 @@ def test_a_driver_killed_with_its_own_local_cluster_leaves_no_ray_process(lowdim
     assert any("raylet" in name for name in names)
     proc.kill()
     proc.communicate(timeout=60)
-    wait_for(lambda: not [pid for pid, t in seen.items() if start_time(pid) == t], timeout_s=30,
-             what="every process of the killed driver's cluster to exit")
+    wait_for(
+        lambda: not [pid for pid, t in seen.items() if start_time(pid) == t],
+        timeout_s=30,
+        what="every process of the killed driver's cluster to exit",
+    )

@@ -31,13 +31,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 # --- GPU rendering -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("ids, expected", [
-    ([], None),
-    (["0"], 0),
-    (["3"], 3),  # the node's 4th GPU: EGL lists every GPU, CUDA_VISIBLE_DEVICES does not apply to it
-    ([2, 5], 2),  # several assigned: the first renders
-    (["7", "6"], 7),
-])
+
+@pytest.mark.parametrize(
+    "ids, expected",
+    [
+        ([], None),
+        (["0"], 0),
+        (
+            ["3"],
+            3,
+        ),  # the node's 4th GPU: EGL lists every GPU, CUDA_VISIBLE_DEVICES does not apply to it
+        ([2, 5], 2),  # several assigned: the first renders
+        (["7", "6"], 7),
+    ],
+)
 def test_egl_device_is_the_first_assigned_gpu_ordinal(ids, expected):
     assert egl_device_for(ids) == expected
 
@@ -55,14 +62,20 @@ def test_a_mig_slice_cannot_render():
 
 
 def test_gpu_render_env_selects_egl_on_that_device():
-    assert gpu_render_env(["3"]) == {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "MUJOCO_EGL_DEVICE_ID": "3"}
+    assert gpu_render_env(["3"]) == {
+        "MUJOCO_GL": "egl",
+        "PYOPENGL_PLATFORM": "egl",
+        "MUJOCO_EGL_DEVICE_ID": "3",
+    }
     assert gpu_render_env([]) == {}
 
 
 def test_the_actor_module_and_its_arguments_do_not_import_mujoco():
     """The actor picks its EGL device in __init__: mujoco must not be imported before that."""
     code = "import sys, cluster.runner, factory.spec, factory.records; print(sorted({'mujoco', 'robosuite'} & set(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -82,30 +95,60 @@ def test_gpus_per_worker_from_the_environment(monkeypatch, tiny_lift_spec):
 
 # --- progress ------------------------------------------------------------------------------------
 
+
 def test_progress_line_shows_shards_attempts_successes_rate_eta_workers():
-    state = ProgressState(shards_total=10, attempts_total=50, shards_done=4, attempts=20, successes=9, workers=2,
-                          attempts_run=20, successes_run=9)
+    state = ProgressState(
+        shards_total=10,
+        attempts_total=50,
+        shards_done=4,
+        attempts=20,
+        successes=9,
+        workers=2,
+        attempts_run=20,
+        successes_run=9,
+    )
     line = format_progress(state, elapsed_s=120.0)
-    assert line == ("shards 4/10 · attempts 20/50 · successes 9 (45%) · 4.5 ep/min · ETA 3m00s · workers 2")
+    assert line == (
+        "shards 4/10 · attempts 20/50 · successes 9 (45%) · 4.5 ep/min · ETA 3m00s · workers 2"
+    )
 
 
 def test_rates_and_eta_count_only_this_run():
     # 30 attempts kept from an earlier run; this run did 10 in 60 s: 10 left take 60 s more.
-    state = ProgressState(shards_total=8, attempts_total=50, attempts=40, successes=20, attempts_run=10,
-                          successes_run=6)
+    state = ProgressState(
+        shards_total=8,
+        attempts_total=50,
+        attempts=40,
+        successes=20,
+        attempts_run=10,
+        successes_run=6,
+    )
     assert eta_seconds(state, 60.0) == pytest.approx(60.0)
     assert "6.0 ep/min" in format_progress(state, 60.0)
-    assert eta_seconds(ProgressState(shards_total=1, attempts_total=5), 10.0) is None  # nothing done yet
+    assert (
+        eta_seconds(ProgressState(shards_total=1, attempts_total=5), 10.0) is None
+    )  # nothing done yet
 
 
 def test_eta_with_a_success_target_ends_at_the_target():
-    state = ProgressState(shards_total=100, attempts_total=1000, target_successes=20, attempts=10, successes=10,
-                          attempts_run=10, successes_run=10)
-    assert eta_seconds(state, 10.0) == pytest.approx(10.0)  # 10 more successes at 1/s, not 990 attempts
+    state = ProgressState(
+        shards_total=100,
+        attempts_total=1000,
+        target_successes=20,
+        attempts=10,
+        successes=10,
+        attempts_run=10,
+        successes_run=10,
+    )
+    assert eta_seconds(state, 10.0) == pytest.approx(
+        10.0
+    )  # 10 more successes at 1/s, not 990 attempts
     assert "successes 10/20 (100%)" in format_progress(state, 10.0)
 
 
-@pytest.mark.parametrize("seconds, text", [(None, "?"), (0.4, "0s"), (42, "42s"), (185, "3m05s"), (7620, "2h07m")])
+@pytest.mark.parametrize(
+    "seconds, text", [(None, "?"), (0.4, "0s"), (42, "42s"), (185, "3m05s"), (7620, "2h07m")]
+)
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
 
@@ -120,7 +163,9 @@ def test_run_progress_counts_events_and_warns_without_a_bar(capsys):
         for ok in (True, False):
             progress.attempt(1, ok)
         progress.shard_done()
-        progress.warn("worker pid 12 on node abcd1234 died during shard-000001.tar (x); the shard is redone")
+        progress.warn(
+            "worker pid 12 on node abcd1234 died during shard-000001.tar (x); the shard is redone"
+        )
     assert (state.shards_done, state.attempts, state.successes, state.workers) == (2, 4, 2, 2)
     assert (state.attempts_run, state.successes_run) == (2, 1)
     assert capsys.readouterr().err == (
@@ -130,6 +175,7 @@ def test_run_progress_counts_events_and_warns_without_a_bar(capsys):
 
 # --- the driver's bookkeeping --------------------------------------------------------------------
 
+
 def _result(out: Path, index: int):
     """A finished, empty shard (a real tar) and its result record."""
     from factory.pipeline import ShardResult, ShardTask
@@ -138,8 +184,16 @@ def _result(out: Path, index: int):
     shards_dir(out).mkdir(parents=True, exist_ok=True)
     info = write_shard([], shards_dir(out), index)
     task = ShardTask(index, (2 * index, 2 * index + 1))
-    return ShardResult(task=task, info=info, attempts=2, successes=0, failures={"horizon": 2}, episodes=(),
-                       wall_s=0.5, node="f" * 56)
+    return ShardResult(
+        task=task,
+        info=info,
+        attempts=2,
+        successes=0,
+        failures={"horizon": 2},
+        episodes=(),
+        wall_s=0.5,
+        node="f" * 56,
+    )
 
 
 def test_commits_are_spaced_once_they_get_expensive(tmp_path):
@@ -155,7 +209,9 @@ def test_commits_are_spaced_once_they_get_expensive(tmp_path):
     recorder = DatasetRecorder(tmp_path, {}, clock=clock)
     recorder.record(_result(tmp_path, 0))  # the first commit is immediate
     assert [s.name for s in load_manifest(tmp_path).shards] == ["shard-000000.tar"]
-    recorder.record(_result(tmp_path, 1))  # 1 s after a commit that took 1 s: waits (<= 5% of the time)
+    recorder.record(
+        _result(tmp_path, 1)
+    )  # 1 s after a commit that took 1 s: waits (<= 5% of the time)
     assert len(load_manifest(tmp_path).shards) == 1
     recorder.maybe_commit()  # asked again between shards, still too soon
     assert len(load_manifest(tmp_path).shards) == 1
@@ -179,7 +235,9 @@ def test_a_failed_manifest_write_is_one_line_and_keeps_the_previous_manifest(tmp
         recorder.commit()
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith(f"{tmp_path / 'manifest.json'}: cannot write: [Errno 28] No space left on device")
+    assert message.startswith(
+        f"{tmp_path / 'manifest.json'}: cannot write: [Errno 28] No space left on device"
+    )
     assert [s.name for s in load_manifest(tmp_path).shards] == ["shard-000000.tar"]
     assert not list(tmp_path.glob(".manifest.json.tmp-*"))  # the temporary (here: the link) is gone
 
@@ -189,7 +247,9 @@ def test_one_driver_per_dataset_directory(tmp_path, tiny_lift_spec):
     from factory.spec import load_spec
 
     held = lock_output_dir(tmp_path)
-    with pytest.raises(UserError, match=rf"another `factory run` is writing this dataset \(pid {os.getpid()} on "):
+    with pytest.raises(
+        UserError, match=rf"another `factory run` is writing this dataset \(pid {os.getpid()} on "
+    ):
         lock_output_dir(tmp_path)
     held.close()
     lock_output_dir(tmp_path).close()  # free again once the holder is gone
@@ -200,15 +260,24 @@ def test_one_driver_per_dataset_directory(tmp_path, tiny_lift_spec):
 
 # --- cluster configs -----------------------------------------------------------------------------
 
+
 def test_cluster_launcher_config_has_head_cpu_and_gpu_groups_and_the_makefile_pins():
     config = yaml.safe_load((REPO / "cluster" / "cluster.yaml").read_text())
     assert config["provider"]["type"] == "aws"
     types = config["available_node_types"]
-    assert config["head_node_type"] == "head" and set(types) == {"head", "cpu_workers", "gpu_workers"}
+    assert config["head_node_type"] == "head" and set(types) == {
+        "head",
+        "cpu_workers",
+        "gpu_workers",
+    }
     assert types["head"]["resources"] == {"CPU": 0}
     assert types["gpu_workers"]["min_workers"] == 0  # optional
     setup = " ; ".join(config["setup_commands"])
-    assert setup.index("torch==2.13.0") < setup.index("demofactory[dev]") < setup.index("ray[default]==2.60.0")
+    assert (
+        setup.index("torch==2.13.0")
+        < setup.index("demofactory[dev]")
+        < setup.index("ray[default]==2.60.0")
+    )
     for command in config["head_start_ray_commands"] + config["worker_start_ray_commands"]:
         if "ray start" in command:
             assert "MUJOCO_GL=egl" in command and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in command
@@ -231,6 +300,7 @@ def test_rayjob_runs_factory_on_a_head_and_cpu_and_gpu_groups():
 
 
 # --- the reaper of a driver's own local cluster ----------------------------------------------------
+
 
 def test_the_reaper_ends_the_watched_processes_and_no_others():
     from cluster.reaper import release, start_time, watch_local_cluster

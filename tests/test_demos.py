@@ -39,7 +39,9 @@ def test_shipped_robosuite_files_load(filename, env_name, lengths, state_size):
         assert np.abs(demo.actions).max() <= 1.0
 
 
-def _write_robomimic(path: Path, demos: dict[str, tuple[np.ndarray, np.ndarray]], env_name="Lift") -> None:
+def _write_robomimic(
+    path: Path, demos: dict[str, tuple[np.ndarray, np.ndarray]], env_name="Lift"
+) -> None:
     """A robomimic-format file: env_args JSON, data/demo_N/{states, actions, obs/*}, mask/."""
     with h5py.File(path, "w") as f:
         data = f.create_group("data")
@@ -54,12 +56,16 @@ def _write_robomimic(path: Path, demos: dict[str, tuple[np.ndarray, np.ndarray]]
             group.create_dataset("dones", data=np.zeros(len(actions), dtype=np.int64))
             obs = group.create_group("obs")
             obs.create_dataset("robot0_eef_pos", data=np.zeros((len(actions), 3), dtype=np.float32))
-            obs.create_dataset("agentview_image", data=np.zeros((len(actions), 4, 4, 3), dtype=np.uint8))
+            obs.create_dataset(
+                "agentview_image", data=np.zeros((len(actions), 4, 4, 3), dtype=np.uint8)
+            )
         mask = f.create_group("mask")
         mask.create_dataset("train", data=np.array([n.encode() for n in demos]))
 
 
-def _arrays(rng: np.random.Generator, steps: int, state_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+def _arrays(
+    rng: np.random.Generator, steps: int, state_size: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
     return rng.normal(size=(steps, state_size)), rng.uniform(-1, 1, size=(steps, 7))
 
 

@@ -85,14 +85,18 @@ def test_manifest_checksums_and_stats_match_the_data(lift_dataset, samples):
     stats = load_stats(lift_dataset)
     assert stats.keys["action"].count == len(actions)
     np.testing.assert_allclose(stats.keys["action"].mean, actions.mean(0), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(stats.keys["action"].q99, np.quantile(actions, 0.99, axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        stats.keys["action"].q99, np.quantile(actions, 0.99, axis=0), rtol=1e-5, atol=1e-6
+    )
     assert stats.extra["episodes"] == len(load_episodes(lift_dataset))
 
 
 def test_inspect_json_reports_the_success_rate(lift_dataset):
     out = subprocess.run(
         [sys.executable, "-m", "factory.cli", "inspect", str(lift_dataset), "--json"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     report = json.loads(out.stdout)
     assert report["attempts"] == 4
@@ -117,10 +121,16 @@ def test_a_shard_rewritten_in_one_process_is_byte_identical(lift_dataset, tiny_l
 def test_rerun_resumes_without_redoing_shards(lift_dataset, tiny_lift_spec, ray_cluster):
     from factory.cli import main
 
-    before = {p.name: (p.stat().st_mtime_ns, sha256_file(p)) for p in shards_dir(lift_dataset).glob("*.tar")}
+    before = {
+        p.name: (p.stat().st_mtime_ns, sha256_file(p))
+        for p in shards_dir(lift_dataset).glob("*.tar")
+    }
     episodes_before = [e.index for e in load_episodes(lift_dataset)]
     assert main(["run", str(tiny_lift_spec), "--out", str(lift_dataset), "--no-progress"]) == 0
-    after = {p.name: (p.stat().st_mtime_ns, sha256_file(p)) for p in shards_dir(lift_dataset).glob("*.tar")}
+    after = {
+        p.name: (p.stat().st_mtime_ns, sha256_file(p))
+        for p in shards_dir(lift_dataset).glob("*.tar")
+    }
     assert after == before
     assert [e.index for e in load_episodes(lift_dataset)] == episodes_before
 
@@ -132,7 +142,10 @@ def test_more_attempts_extend_the_dataset(lift_dataset, tiny_lift_spec, tmp_path
     copy = tmp_path / "extended"
     subprocess.run(["cp", "-r", str(lift_dataset), str(copy)], check=True)
     kept = {p.name: sha256_file(p) for p in shards_dir(copy).glob("*.tar")}
-    assert main(["run", str(tiny_lift_spec), "--out", str(copy), "--attempts", "6", "--no-progress"]) == 0
+    assert (
+        main(["run", str(tiny_lift_spec), "--out", str(copy), "--attempts", "6", "--no-progress"])
+        == 0
+    )
     manifest = load_manifest(copy).by_name()
     assert set(manifest) == set(kept) | {"shard-000002.tar"}
     assert all(manifest[name].sha256 == digest for name, digest in kept.items())
@@ -140,12 +153,17 @@ def test_more_attempts_extend_the_dataset(lift_dataset, tiny_lift_spec, tmp_path
     assert data["generation"]["attempts"] == 4  # the spec file itself is untouched
 
 
-def test_generate_until_n_successes_stops_early_and_reports_subtasks(tiny_lift_spec, tmp_path, ray_cluster):
+def test_generate_until_n_successes_stops_early_and_reports_subtasks(
+    tiny_lift_spec, tmp_path, ray_cluster
+):
     from factory.cli import main
     from factory.report import summarize
 
     out = tmp_path / "until1"
-    assert main(["run", str(tiny_lift_spec), "--out", str(out), "--successes", "1", "--no-progress"]) == 0
+    assert (
+        main(["run", str(tiny_lift_spec), "--out", str(out), "--successes", "1", "--no-progress"])
+        == 0
+    )
     report = summarize(out)
     manifest = load_manifest(out)
     # The shortest prefix of shards (by index) holding one success: whatever the worker count.
@@ -153,7 +171,9 @@ def test_generate_until_n_successes_stops_early_and_reports_subtasks(tiny_lift_s
     assert names == [f"shard-{i:06d}.tar" for i in range(len(names))]  # a prefix by index
     per_shard = [s.episodes for s in manifest.shards]
     assert sum(per_shard) >= 1 and sum(per_shard[:-1]) < 1  # the shortest one holding 1 success
-    assert sorted(p.name for p in shards_dir(out).glob("*.tar")) == [s.name for s in manifest.shards]
+    assert sorted(p.name for p in shards_dir(out).glob("*.tar")) == [
+        s.name for s in manifest.shards
+    ]
     subtasks = report["subtasks"]
     assert subtasks[0]["reached"] == report["attempts"]
     assert all(row["failed"] <= row["reached"] for row in subtasks)
@@ -165,7 +185,9 @@ def test_verify_export_and_preview_commands_on_a_real_dataset(lift_dataset, tmp_
     from factory.cli import main
 
     assert main(["verify", str(lift_dataset)]) == 0
-    assert main(["export", str(lift_dataset), "--to", "robomimic", str(tmp_path / "lift.hdf5")]) == 0
+    assert (
+        main(["export", str(lift_dataset), "--to", "robomimic", str(tmp_path / "lift.hdf5")]) == 0
+    )
     with h5py.File(tmp_path / "lift.hdf5", "r") as f:
         assert len(f["data"]) == len(load_episodes(lift_dataset))
     assert main(["preview", str(lift_dataset), "--out", str(tmp_path / "preview")]) == 0

@@ -22,16 +22,26 @@ from shards.export_lerobot import export_lerobot
 from shards.export_robomimic import export_robomimic
 
 FPS = 10
-CAMERAS = {"scene": (48, 48), "hand": (40, 32)}  # name -> (width, height); not the tar's (sorted) order
+CAMERAS = {
+    "scene": (48, 48),
+    "hand": (40, 32),
+}  # name -> (width, height); not the tar's (sorted) order
 # (index, shard, length, instruction): gaps in the indices, two shards, three lengths, two instructions.
 LIFT, PICK = "lift the red cube", "pick up the red cube"
 EPISODES = ((3, 0, 5, LIFT), (7, 0, 8, PICK), (12, 1, 3, LIFT))
-COLOUR = {3: (40, 120, 200), 7: (190, 40, 90), 12: (90, 200, 30)}  # per episode, so a wrong episode shows
+COLOUR = {
+    3: (40, 120, 200),
+    7: (190, 40, 90),
+    12: (90, 200, 30),
+}  # per episode, so a wrong episode shows
 STATE_LAYOUT = [["eef_pos", 3], ["eef_quat_xyzw", 4], ["gripper_qpos", 2]]
 ACTION_LAYOUT = [["delta_pos", 3], ["delta_axis_angle", 3], ["gripper", 1]]
 SIM_DIM = 15
 PSNR_BOUND = 35.0  # dB, decoded H.264 frame vs the decoded source JPEG; measured ~41 dB at crf 18
-SPLIT_FILES = {"chunk_size": 2, "data_file_size_mb": 1e-6}  # a new file every episode, two per chunk
+SPLIT_FILES = {
+    "chunk_size": 2,
+    "data_file_size_mb": 1e-6,
+}  # a new file every episode, two per chunk
 
 
 def pixels(index: int, step: int, camera: str, size: tuple[int, int]) -> np.ndarray:
@@ -40,7 +50,11 @@ def pixels(index: int, step: int, camera: str, size: tuple[int, int]) -> np.ndar
     y, x = np.mgrid[0:height, 0:width].astype(np.float64)
     red, green, blue = COLOUR.get(index, (128, 128, 128))
     image = np.stack(
-        [red + 50 * x / width + 5 * step, green + 50 * y / height, blue + 25 * (x + y) / (width + height)],
+        [
+            red + 50 * x / width + 5 * step,
+            green + 50 * y / height,
+            blue + 25 * (x + y) / (width + height),
+        ],
         axis=-1,
     )
     return np.clip(image + (20 if camera == "hand" else 0), 0, 255).astype(np.uint8)
@@ -70,19 +84,37 @@ def make_dataset(root: Path, cameras=CAMERAS, episodes=EPISODES) -> dict[int, Ep
             actions=rng.uniform(-1, 1, size=(length, 7)),
             states=rng.normal(size=(length, 9)),
             sim_states=rng.normal(size=(length, SIM_DIM)),
-            images={name: [_jpeg(pixels(index, t, name, size)) for t in range(length)]
-                    for name, size in cameras.items()},
+            images={
+                name: [_jpeg(pixels(index, t, name, size)) for t in range(length)]
+                for name, size in cameras.items()
+            },
             provenance={"source_demo": "demo_1"},
         )
-    task = {"env": "Lift", "robot": "Panda", "controller": "OSC_POSE", "control_freq": FPS, "horizon": 50}
-    write_dataset(root, list(made.values()), {
-        "name": "tiny", "fps": FPS, "env": "Lift", "robot": "Panda",
-        "cameras": [{"name": n, "width": w, "height": h, "format": "jpg"} for n, (w, h) in cameras.items()],
-        "state": {"dim": 9, "layout": STATE_LAYOUT},
-        "action": {"dim": 7, "layout": ACTION_LAYOUT},
-        "sim_state": {"dim": SIM_DIM, "layout": "time, qpos, qvel (MuJoCo, flattened)"},
-        "spec": {"name": "tiny", "task": task},
-    })
+    task = {
+        "env": "Lift",
+        "robot": "Panda",
+        "controller": "OSC_POSE",
+        "control_freq": FPS,
+        "horizon": 50,
+    }
+    write_dataset(
+        root,
+        list(made.values()),
+        {
+            "name": "tiny",
+            "fps": FPS,
+            "env": "Lift",
+            "robot": "Panda",
+            "cameras": [
+                {"name": n, "width": w, "height": h, "format": "jpg"}
+                for n, (w, h) in cameras.items()
+            ],
+            "state": {"dim": 9, "layout": STATE_LAYOUT},
+            "action": {"dim": 7, "layout": ACTION_LAYOUT},
+            "sim_state": {"dim": SIM_DIM, "layout": "time, qpos, qvel (MuJoCo, flattened)"},
+            "spec": {"name": "tiny", "task": task},
+        },
+    )
     return made
 
 
@@ -119,7 +151,9 @@ def _data(out: Path) -> pa.Table:
 
 def _decode_video(path: Path) -> list[tuple[float, np.ndarray]]:
     with av.open(str(path)) as container:
-        return [(frame.time, frame.to_ndarray(format="rgb24")) for frame in container.decode(video=0)]
+        return [
+            (frame.time, frame.to_ndarray(format="rgb24")) for frame in container.decode(video=0)
+        ]
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -130,15 +164,24 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 def test_lerobot_info_counts_features_and_files(lerobot, dataset):
     out, summary = lerobot
     info = _info(out)
-    assert info["codebase_version"] == "v3.0" and info["fps"] == FPS and info["robot_type"] == "Panda"
+    assert (
+        info["codebase_version"] == "v3.0" and info["fps"] == FPS and info["robot_type"] == "Panda"
+    )
     assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (3, 16, 2)
     assert summary["episodes"] == 3 and summary["frames"] == 16 and summary["tasks"] == 2
     assert info["splits"] == {"train": "0:3"}
     assert info["data_path"] == "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-    assert info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    assert (
+        info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    )
     features = info["features"]
     assert features["observation.state"]["shape"] == [9] and features["action"]["shape"] == [7]
-    assert features["observation.state"]["names"][:4] == ["eef_pos_0", "eef_pos_1", "eef_pos_2", "eef_quat_xyzw_0"]
+    assert features["observation.state"]["names"][:4] == [
+        "eef_pos_0",
+        "eef_pos_1",
+        "eef_pos_2",
+        "eef_quat_xyzw_0",
+    ]
     assert features["action"]["names"][-1] == "gripper"
     for name in ("frame_index", "episode_index", "index", "task_index"):
         assert features[name] == {"dtype": "int64", "shape": [1], "names": None}
@@ -146,7 +189,10 @@ def test_lerobot_info_counts_features_and_files(lerobot, dataset):
     for camera, (width, height) in CAMERAS.items():
         feature = features[f"observation.images.{camera}"]
         assert feature["dtype"] == "video" and feature["shape"] == [height, width, 3]
-        assert feature["info"]["video.codec"] == "h264" and feature["info"]["video.pix_fmt"] == "yuv420p"
+        assert (
+            feature["info"]["video.codec"] == "h264"
+            and feature["info"]["video.pix_fmt"] == "yuv420p"
+        )
         assert (feature["info"]["video.width"], feature["info"]["video.height"]) == (width, height)
         assert feature["info"]["video.fps"] == FPS
     assert summary["data_files"] in (1, 3)  # one file, or one an episode (SPLIT_FILES)
@@ -169,7 +215,9 @@ def test_lerobot_rows_equal_the_shards(lerobot, dataset):
         steps = np.arange(source.length)
         assert rows["frame_index"] == steps.tolist() and rows["index"] == (index + steps).tolist()
         assert rows["episode_index"] == [episode_index] * source.length
-        assert np.array_equal(np.array(rows["timestamp"], dtype=np.float32), (steps / FPS).astype(np.float32))
+        assert np.array_equal(
+            np.array(rows["timestamp"], dtype=np.float32), (steps / FPS).astype(np.float32)
+        )
         assert {task_of[t] for t in rows["task_index"]} == {source.instruction}
         index += source.length
     assert index == table.num_rows
@@ -183,21 +231,32 @@ def test_lerobot_episodes_metadata_selects_the_right_rows_and_frames(lerobot, da
     worst = np.inf
     for row, source in zip(_episodes_meta(out), _in_order(dataset[1]), strict=True):
         assert row["tasks"] == [source.instruction] and row["length"] == source.length
-        assert (row["demofactory/episode_index"], row["demofactory/seed"]) == (source.index, source.seed)
-        data_file = out / info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
+        assert (row["demofactory/episode_index"], row["demofactory/seed"]) == (
+            source.index,
+            source.seed,
+        )
+        data_file = out / info["data_path"].format(
+            chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]
+        )
         in_file = pq.read_table(data_file).to_pydict()
         assert row["episode_index"] in in_file["episode_index"]
-        rows = table.slice(row["dataset_from_index"], row["dataset_to_index"] - row["dataset_from_index"])
+        rows = table.slice(
+            row["dataset_from_index"], row["dataset_to_index"] - row["dataset_from_index"]
+        )
         assert rows.column("episode_index").to_pylist() == [row["episode_index"]] * source.length
         for camera in CAMERAS:
             key = f"observation.images.{camera}"
             path = out / info["video_path"].format(
-                video_key=key, chunk_index=row[f"videos/{key}/chunk_index"], file_index=row[f"videos/{key}/file_index"]
+                video_key=key,
+                chunk_index=row[f"videos/{key}/chunk_index"],
+                file_index=row[f"videos/{key}/file_index"],
             )
             start, end = row[f"videos/{key}/from_timestamp"], row[f"videos/{key}/to_timestamp"]
             assert end - start == pytest.approx(source.length / FPS)
             half = 0.5 / FPS
-            selected = [image for time, image in _decode_video(path) if start - half <= time < end - half]
+            selected = [
+                image for time, image in _decode_video(path) if start - half <= time < end - half
+            ]
             assert len(selected) == source.length
             for image, jpeg in zip(selected, source.images[camera], strict=True):
                 worst = min(worst, psnr(image, _unjpeg(jpeg)))
@@ -212,10 +271,14 @@ def test_lerobot_videos_hold_every_frame_at_camera_size(lerobot, dataset):
         by_file.setdefault((row["data/chunk_index"], row["data/file_index"]), []).append(source)
     worst = np.inf
     for camera, (width, height) in CAMERAS.items():
-        videos = sorted((out / "videos" / f"observation.images.{camera}").glob("chunk-*/file-*.mp4"))
+        videos = sorted(
+            (out / "videos" / f"observation.images.{camera}").glob("chunk-*/file-*.mp4")
+        )
         assert len(videos) == len(by_file)
         for path, ((chunk, file), sources) in zip(videos, sorted(by_file.items()), strict=True):
-            assert path.relative_to(out).as_posix().endswith(f"chunk-{chunk:03d}/file-{file:03d}.mp4")
+            assert (
+                path.relative_to(out).as_posix().endswith(f"chunk-{chunk:03d}/file-{file:03d}.mp4")
+            )
             frames = _decode_video(path)
             expected = [jpeg for source in sources for jpeg in source.images[camera]]
             assert len(frames) == len(expected) == sum(source.length for source in sources)
@@ -229,8 +292,14 @@ def test_lerobot_videos_hold_every_frame_at_camera_size(lerobot, dataset):
 def test_lerobot_split_files_roll_over_chunks(dataset, tmp_path):
     out = tmp_path / "split"
     export_lerobot(dataset[0], out, **SPLIT_FILES)
-    placed = [(row["data/chunk_index"], row["data/file_index"], row["videos/observation.images.scene/from_timestamp"])
-              for row in _episodes_meta(out)]
+    placed = [
+        (
+            row["data/chunk_index"],
+            row["data/file_index"],
+            row["videos/observation.images.scene/from_timestamp"],
+        )
+        for row in _episodes_meta(out)
+    ]
     assert placed == [(0, 0, 0.0), (0, 1, 0.0), (1, 0, 0.0)]
     assert (out / "videos/observation.images.hand/chunk-001/file-000.mp4").is_file()
     assert _info(out)["chunks_size"] == 2
@@ -240,14 +309,29 @@ def test_lerobot_tasks_and_stats(lerobot, dataset):
     out, _ = lerobot
     tasks = pq.read_table(out / "meta" / "tasks.parquet")
     assert tasks.to_pylist() == [{"task_index": 0, "task": LIFT}, {"task_index": 1, "task": PICK}]
-    assert json.loads(tasks.schema.metadata[b"pandas"])["index_columns"] == ["task"]  # pandas' index: task
+    assert json.loads(tasks.schema.metadata[b"pandas"])["index_columns"] == [
+        "task"
+    ]  # pandas' index: task
 
     stats, source = json.loads((out / "meta" / "stats.json").read_text()), load_stats(dataset[0])
-    for key, ours in (("observation.state", source.keys["state"]), ("action", source.keys["action"])):
-        assert stats[key]["mean"] == ours.mean and stats[key]["std"] == ours.std and stats[key]["q99"] == ours.q99
-        assert stats[key]["min"] == ours.min and stats[key]["max"] == ours.max and stats[key]["count"] == [16]
+    for key, ours in (
+        ("observation.state", source.keys["state"]),
+        ("action", source.keys["action"]),
+    ):
+        assert (
+            stats[key]["mean"] == ours.mean
+            and stats[key]["std"] == ours.std
+            and stats[key]["q99"] == ours.q99
+        )
+        assert (
+            stats[key]["min"] == ours.min
+            and stats[key]["max"] == ours.max
+            and stats[key]["count"] == [16]
+        )
     for camera in CAMERAS:
-        frames = np.stack([_unjpeg(j) for ep in dataset[1].values() for j in ep.images[camera]]) / 255.0
+        frames = (
+            np.stack([_unjpeg(j) for ep in dataset[1].values() for j in ep.images[camera]]) / 255.0
+        )
         image_stats = stats[f"observation.images.{camera}"]
         assert np.allclose(np.array(image_stats["mean"]).reshape(3), frames.mean(axis=(0, 1, 2)))
         assert np.allclose(np.array(image_stats["std"]).reshape(3), frames.std(axis=(0, 1, 2)))
@@ -256,7 +340,9 @@ def test_lerobot_tasks_and_stats(lerobot, dataset):
 
 
 def test_odd_frame_sizes_are_padded_to_even(tmp_path):
-    episodes = make_dataset(tmp_path / "odd", cameras={"odd": (31, 17)}, episodes=((0, 0, 2, LIFT),))
+    episodes = make_dataset(
+        tmp_path / "odd", cameras={"odd": (31, 17)}, episodes=((0, 0, 2, LIFT),)
+    )
     export_lerobot(tmp_path / "odd", tmp_path / "out")
     feature = _info(tmp_path / "out")["features"]["observation.images.odd"]
     assert feature["shape"] == [18, 32, 3]
@@ -274,7 +360,11 @@ def test_low_dimensional_dataset_exports_without_videos(tmp_path):
     assert not any(feature["dtype"] == "video" for feature in info["features"].values())
     export_robomimic(tmp_path / "lowdim", tmp_path / "out.hdf5")
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
-        assert sorted(f["data/demo_0/obs"]) == ["robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos"]
+        assert sorted(f["data/demo_0/obs"]) == [
+            "robot0_eef_pos",
+            "robot0_eef_quat",
+            "robot0_gripper_qpos",
+        ]
         assert f["data"].attrs["total"] == sum(ep.length for ep in episodes.values())
 
 
@@ -294,7 +384,10 @@ def test_robomimic_file_equals_the_shards(dataset, tmp_path):
         assert kwargs["camera_names"] == list(CAMERAS) and kwargs["camera_heights"] == [48, 32]
         for n, source in enumerate(_in_order(dataset[1])):
             demo = data[f"demo_{n}"]
-            assert demo.attrs["num_samples"] == source.length and demo.attrs["episode_index"] == source.index
+            assert (
+                demo.attrs["num_samples"] == source.length
+                and demo.attrs["episode_index"] == source.index
+            )
             assert demo.attrs["instruction"] == source.instruction
             assert np.array_equal(demo["actions"][()], source.actions)
             assert np.array_equal(demo["states"][()], source.sim_states)
@@ -305,8 +398,15 @@ def test_robomimic_file_equals_the_shards(dataset, tmp_path):
             assert np.array_equal(obs["robot0_gripper_qpos"][()], source.states[:, 7:9])
             for camera, (width, height) in CAMERAS.items():
                 images = obs[f"{camera}_image"]
-                assert images.dtype == np.uint8 and images.shape == (source.length, height, width, 3)
-                assert np.array_equal(images[()], np.stack([_unjpeg(j) for j in source.images[camera]]))
+                assert images.dtype == np.uint8 and images.shape == (
+                    source.length,
+                    height,
+                    width,
+                    3,
+                )
+                assert np.array_equal(
+                    images[()], np.stack([_unjpeg(j) for j in source.images[camera]])
+                )
 
 
 def _non_empty(tmp_path: Path) -> Path:
@@ -324,7 +424,10 @@ def _non_empty(tmp_path: Path) -> Path:
         (lambda d, tmp: export_lerobot(tmp / "nowhere", tmp / "out"), "no such dataset directory"),
         (lambda d, tmp: export_lerobot(tmp, tmp / "out"), "not a demofactory dataset"),
         (lambda d, tmp: export_robomimic(d, _non_empty(tmp) / "keep.txt"), "already exists"),
-        (lambda d, tmp: export_robomimic(tmp / "nowhere", tmp / "out.hdf5"), "no such dataset directory"),
+        (
+            lambda d, tmp: export_robomimic(tmp / "nowhere", tmp / "out.hdf5"),
+            "no such dataset directory",
+        ),
     ],
 )
 def test_refusals_raise_user_error_and_write_nothing(dataset, tmp_path, call, message):

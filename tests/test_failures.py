@@ -16,16 +16,26 @@ from tests.conftest import write_spec
 
 
 def _factory(cwd: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "factory.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "factory.cli", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
 def failing_dataset(tmp_path_factory) -> Path:
     """Lift, physics only, with so much action noise and so short a horizon that attempts fail."""
     root = tmp_path_factory.mktemp("failing")
-    spec = write_spec(root / "spec.yaml", name="fails", task={"horizon": 250}, cameras=[],
-                      generation={"attempts": 3, "attempts_per_shard": 3, "action_noise": 0.6})
+    spec = write_spec(
+        root / "spec.yaml",
+        name="fails",
+        task={"horizon": 250},
+        cameras=[],
+        generation={"attempts": 3, "attempts_per_shard": 3, "action_noise": 0.6},
+    )
     result = _factory(root, "run", spec, "--out", root / "ds", "--workers", "1", "--no-progress")
     assert result.returncode == 0, result.stdout + result.stderr
     return root / "ds"
@@ -35,7 +45,11 @@ def test_a_run_keeps_its_first_failures_with_states_and_where_they_failed(failin
     failures = load_failures(failing_dataset, limit=10)
     assert 1 <= len(failures) <= KEEP_PER_SHARD
     for failure in failures:
-        assert failure.states.ndim == 2 and failure.states.dtype == np.float64 and len(failure.states) > 0
+        assert (
+            failure.states.ndim == 2
+            and failure.states.dtype == np.float64
+            and len(failure.states) > 0
+        )
         assert failure.reason and failure.failed_subtask in (0, 1)
         assert "placement" in failure.provenance
     generation = json.loads((failing_dataset / "generation.json").read_text())
@@ -44,7 +58,9 @@ def test_a_run_keeps_its_first_failures_with_states_and_where_they_failed(failin
 
 
 def test_preview_failures_draws_one_captioned_row_per_failure(failing_dataset):
-    result = _factory(failing_dataset.parent, "preview", failing_dataset, "--failures", "--episodes", "2")
+    result = _factory(
+        failing_dataset.parent, "preview", failing_dataset, "--failures", "--episodes", "2"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     (line,) = result.stdout.splitlines()
     path = Path(line.removeprefix("failures: "))

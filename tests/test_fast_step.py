@@ -19,7 +19,9 @@ def test_fast_steps_follow_env_step(spec_name):
     actions = rng.uniform(-1, 1, (23, 7))
     actions[:, 6] = np.sign(actions[:, 6])
     scene.env.reset()
-    for action in actions[:3]:  # past the first step after a reset, where robosuite uses cached dynamics
+    for action in actions[
+        :3
+    ]:  # past the first step after a reset, where robosuite uses cached dynamics
         scene.env.step(action)
     start = scene.snapshot()
     reference = []
@@ -45,8 +47,14 @@ def test_a_controller_it_cannot_reproduce_is_refused():
 
     config = load_composite_controller_config(controller="BASIC", robot="Panda")
     config["body_parts"]["right"]["input_ref_frame"] = "world"
-    env = robosuite.make("Lift", robots="Panda", controller_configs=config, has_renderer=False,
-                         has_offscreen_renderer=False, use_camera_obs=False)
+    env = robosuite.make(
+        "Lift",
+        robots="Panda",
+        controller_configs=config,
+        has_renderer=False,
+        has_offscreen_renderer=False,
+        use_camera_obs=False,
+    )
     with pytest.raises(Unsupported, match="base reference frame"):
         FastStepper(env)
 

@@ -28,7 +28,9 @@ def test_annotation_finds_each_grasp_in_the_human_demos(lift):
         assert not lift.scene.holds("grasped(cube)")
         # eef poses are proper rigid transforms
         rot = annotated.eef_poses[:, :3, :3]
-        np.testing.assert_allclose(rot @ rot.transpose(0, 2, 1), np.broadcast_to(np.eye(3), rot.shape), atol=1e-6)
+        np.testing.assert_allclose(
+            rot @ rot.transpose(0, 2, 1), np.broadcast_to(np.eye(3), rot.shape), atol=1e-6
+        )
 
 
 def _plan(i: int, seed: int = 0) -> AttemptPlan:
@@ -40,7 +42,9 @@ def test_the_same_seed_gives_bit_identical_attempts(lift):
     generate_attempt(lift.scene, lift.demos, _plan(1))  # something else in between
     again = generate_attempt(lift.scene, lift.demos, _plan(0))
     assert first.length > 0
-    assert np.array_equal(first.states, again.states) and np.array_equal(first.actions, again.actions)
+    assert np.array_equal(first.states, again.states) and np.array_equal(
+        first.actions, again.actions
+    )
     other = generate_attempt(lift.scene, lift.demos, _plan(0, seed=1))
     assert other.provenance["placement"] != first.provenance["placement"]
 
@@ -80,7 +84,10 @@ def test_an_error_inside_the_simulator_is_a_failed_attempt(lift, monkeypatch):
 
 def test_placement_draws_stay_in_range_and_apart():
     spec = PlacementSpec(
-        objects={"a": PlacementRange(x=(-0.1, 0.1), y=(-0.1, 0.1), yaw=(-1, 1)), "b": PlacementRange(x=(-0.1, 0.1))},
+        objects={
+            "a": PlacementRange(x=(-0.1, 0.1), y=(-0.1, 0.1), yaw=(-1, 1)),
+            "b": PlacementRange(x=(-0.1, 0.1)),
+        },
         min_separation=0.08,
     )
     start = {"a": np.array([0.0, 0.0]), "b": np.array([0.05, 0.0])}

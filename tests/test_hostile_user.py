@@ -77,24 +77,35 @@ def test_fewer_attempts_is_refused_then_truncates_with_the_flag(built, tmp_path)
     data = copy_of(dataset, tmp_path)
     before = snapshot(data)
 
-    line = assert_user_error(factory(tmp_path, "run", spec, "--out", data, "--attempts", "2", *RUN),
-                             str(data), "shard-000001.tar", "--truncate", "--attempts 4")
+    line = assert_user_error(
+        factory(tmp_path, "run", spec, "--out", data, "--attempts", "2", *RUN),
+        str(data),
+        "shard-000001.tar",
+        "--truncate",
+        "--attempts 4",
+    )
     assert "drop" in line
     assert snapshot(data) == before
 
     result = factory(tmp_path, "run", spec, "--out", data, "--attempts", "2", "--truncate", *RUN)
     assert result.returncode == 0, result.stderr
     assert manifest_names(data) == ["shard-000000.tar"]
-    assert sorted(p.name for p in (data / "shards").iterdir()) == ["shard-000000.tar"]  # none left unlisted
+    assert sorted(p.name for p in (data / "shards").iterdir()) == [
+        "shard-000000.tar"
+    ]  # none left unlisted
     assert factory(tmp_path, "verify", data).returncode == 0
 
 
 def test_fewer_attempts_from_the_spec_is_refused(built, tmp_path):
     spec, dataset = built
     data = copy_of(dataset, tmp_path)
-    lower = tiny_spec(tmp_path, "lower.yaml", mutate=lambda raw: raw["generation"].update(attempts=3))
+    lower = tiny_spec(
+        tmp_path, "lower.yaml", mutate=lambda raw: raw["generation"].update(attempts=3)
+    )
     before = snapshot(data)
-    assert_user_error(factory(tmp_path, "run", lower, "--out", data, *RUN), "shard-000001.tar", "--truncate")
+    assert_user_error(
+        factory(tmp_path, "run", lower, "--out", data, *RUN), "shard-000001.tar", "--truncate"
+    )
     assert snapshot(data) == before
 
 
@@ -106,8 +117,12 @@ def test_successes_on_a_finished_dataset_keeps_its_shards(built, tmp_path):
     if not first:
         pytest.skip("the tiny dataset's first shard holds no success")
     before = snapshot(data)
-    line = assert_user_error(factory(tmp_path, "run", spec, "--out", data, "--successes", str(first), *RUN),
-                             "shard-000001.tar", "--truncate", f"--successes {first}")
+    line = assert_user_error(
+        factory(tmp_path, "run", spec, "--out", data, "--successes", str(first), *RUN),
+        "shard-000001.tar",
+        "--truncate",
+        f"--successes {first}",
+    )
     assert snapshot(data) == before, line
 
 
@@ -117,8 +132,12 @@ def test_run_into_seed_demos_needs_truncate(tmp_path):
     result = factory(tmp_path, "seeds", spec, "--out", seeds)
     assert result.returncode == 0, result.stderr
     before = snapshot(seeds)
-    assert_user_error(factory(tmp_path, "run", spec, "--out", seeds, "--attempts", "2", *RUN),
-                      str(seeds), "factory seeds", "--truncate")
+    assert_user_error(
+        factory(tmp_path, "run", spec, "--out", seeds, "--attempts", "2", *RUN),
+        str(seeds),
+        "factory seeds",
+        "--truncate",
+    )
     assert snapshot(seeds) == before
 
 
@@ -140,13 +159,18 @@ def test_the_directory_is_judged_under_the_lock(built, tmp_path):
     out = tmp_path / "out"
     process = subprocess.Popen(
         [sys.executable, "-m", "factory.cli", "run", str(other), "--out", str(out), *RUN],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     while not _children(process.pid):  # Ray's processes: the first look at --out is over
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.05)
-    shutil.copytree(dataset, out, dirs_exist_ok=True)  # meanwhile, another run finished a dataset there
+    shutil.copytree(
+        dataset, out, dirs_exist_ok=True
+    )  # meanwhile, another run finished a dataset there
     before = files(out)
     stdout, stderr = process.communicate(timeout=300)
     result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
@@ -163,7 +187,9 @@ def test_address_with_no_cluster_fails_within_seconds(built, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     start = time.monotonic()
-    result = factory(tmp_path, "run", spec, "--out", tmp_path / "out", "--address", f"127.0.0.1:{port}", *RUN)
+    result = factory(
+        tmp_path, "run", spec, "--out", tmp_path / "out", "--address", f"127.0.0.1:{port}", *RUN
+    )
     assert time.monotonic() - start < 30
     assert_user_error(result, f"--address 127.0.0.1:{port}", "ray start --head")
     assert not (tmp_path / "out").exists()
@@ -171,9 +197,19 @@ def test_address_with_no_cluster_fails_within_seconds(built, tmp_path):
 
 def test_gpus_on_a_local_cluster_without_gpu_is_refused(tmp_path):
     spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(render={"gpus_per_worker": 1}))
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "DEMOFACTORY_GPUS_PER_WORKER")}
-    result = subprocess.run([sys.executable, "-m", "factory.cli", "run", str(spec), "--out", "out", *RUN],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RAY_ADDRESS", "DEMOFACTORY_GPUS_PER_WORKER")
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "factory.cli", "run", str(spec), "--out", "out", *RUN],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     if "no GPU" not in result.stderr:
         pytest.skip("this machine has a GPU Ray can use")
     assert_user_error(result, "gpus_per_worker", "no GPU")
@@ -184,16 +220,37 @@ def test_gpus_on_a_remote_cluster_without_gpu_give_up_in_stated_time(tmp_path):
     from cluster.local import LocalCluster, driver_env
 
     spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(render={"gpus_per_worker": 1}))
-    env = {k: v for k, v in driver_env().items() if k not in ("RAY_ADDRESS", "DEMOFACTORY_GPUS_PER_WORKER")}
+    env = {
+        k: v
+        for k, v in driver_env().items()
+        if k not in ("RAY_ADDRESS", "DEMOFACTORY_GPUS_PER_WORKER")
+    }
     with LocalCluster(cpus=(1,)) as cluster:  # a cluster of its own: nothing of this process's
         result = subprocess.run(
-            [sys.executable, "-m", "factory.cli", "run", str(spec), "--out", "out", "--address", cluster.address, *RUN],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env | {"DEMOFACTORY_GPU_WAIT_S": "3"},
+            [
+                sys.executable,
+                "-m",
+                "factory.cli",
+                "run",
+                str(spec),
+                "--out",
+                "out",
+                "--address",
+                cluster.address,
+                *RUN,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env | {"DEMOFACTORY_GPU_WAIT_S": "3"},
         )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     warning, error = result.stderr.strip().splitlines()
     assert "giving up after 3 s" in warning
-    assert error.startswith("error: no worker could start within 3 s") and "gpus_per_worker" in error
+    assert (
+        error.startswith("error: no worker could start within 3 s") and "gpus_per_worker" in error
+    )
 
 
 # --- 7-9: nothing corrupt gets through ----------------------------------------------------------
@@ -249,7 +306,9 @@ def test_train_eval_refuses_a_shard_with_a_corrupt_header(built, tmp_path):
     raw = bytearray(shard.read_bytes())
     raw[0:8] = b"\xff" * 8  # the first member's name
     shard.write_bytes(bytes(raw))
-    result = factory(tmp_path, "train-eval", data, "--spec", spec, "--steps", "1", "--rollouts", "1", "--quiet")
+    result = factory(
+        tmp_path, "train-eval", data, "--spec", spec, "--steps", "1", "--rollouts", "1", "--quiet"
+    )
     assert_user_error(result, shard.name, "manifest.json")
 
 
@@ -274,10 +333,20 @@ def _demo_copy(tmp_path: Path, change) -> Path:
     ("change", "expected"),
     [
         (lambda g: g["actions"].__setitem__((5, 2), np.nan), "actions contain NaN"),
-        (lambda g: (g.__delitem__("actions"), g.create_dataset("actions", data=np.zeros((len(g["states"]), 6)))),
-         "6 wide, expected 7"),
-        (lambda g: (g.__delitem__("states"), g.create_dataset("states", data=np.array([b"x"] * 3))),
-         "states: expected a numeric array"),
+        (
+            lambda g: (
+                g.__delitem__("actions"),
+                g.create_dataset("actions", data=np.zeros((len(g["states"]), 6))),
+            ),
+            "6 wide, expected 7",
+        ),
+        (
+            lambda g: (
+                g.__delitem__("states"),
+                g.create_dataset("states", data=np.array([b"x"] * 3)),
+            ),
+            "states: expected a numeric array",
+        ),
         (lambda g: (g.__delitem__("states"), g.create_group("states")), "got a group"),
     ],
     ids=["nan-actions", "action-width", "string-states", "group-states"],
@@ -296,7 +365,10 @@ def _placement(**ranges):
     ("mutate", "field"),
     [
         (_placement(x=[-5.0, 5.0]), "placement.objects.cube.x"),
-        (lambda raw: raw["generation"].update(success_hold_steps=2000), "generation.success_hold_steps"),
+        (
+            lambda raw: raw["generation"].update(success_hold_steps=2000),
+            "generation.success_hold_steps",
+        ),
     ],
     ids=["off-the-table", "hold-above-horizon"],
 )
@@ -310,7 +382,9 @@ def test_unsatisfiable_min_separation_is_refused(tmp_path):
         raw["placement"] = {"objects": {"cubeA": {"x": [-0.05, 0.05]}}, "min_separation": 3.0}
 
     write_spec(tmp_path, "stack", mutate=mutate)
-    assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "placement.min_separation", "3.0")
+    assert_user_error(
+        factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "placement.min_separation", "3.0"
+    )
 
 
 # --- 10-15: one line, never a traceback ----------------------------------------------------------
@@ -321,21 +395,38 @@ def test_unsatisfiable_min_separation_is_refused(tmp_path):
     [
         (_placement(x=[float("nan"), 0.1]), "placement.objects.cube.x"),
         (_placement(y=[-0.1, float("inf")]), "placement.objects.cube.y"),
-        (lambda raw: raw.update(placement={"min_separation": float("nan")}), "placement.min_separation"),
-        (lambda raw: raw.update(render={"gpus_per_worker": float("inf")}), "render.gpus_per_worker"),
+        (
+            lambda raw: raw.update(placement={"min_separation": float("nan")}),
+            "placement.min_separation",
+        ),
+        (
+            lambda raw: raw.update(render={"gpus_per_worker": float("inf")}),
+            "render.gpus_per_worker",
+        ),
         (lambda raw: raw.update(name="x" * 300), "name"),
         (lambda raw: raw.update(name=".."), "name"),
         (lambda raw: raw.update(instructions=["lift the cube", "  "]), "instructions[1]"),
     ],
-    ids=["nan-x", "inf-y", "nan-separation", "inf-gpus", "long-name", "dots-name", "empty-instruction"],
+    ids=[
+        "nan-x",
+        "inf-y",
+        "nan-separation",
+        "inf-gpus",
+        "long-name",
+        "dots-name",
+        "empty-instruction",
+    ],
 )
 def test_bad_numbers_and_names_are_one_line(tmp_path, mutate, field):
     write_spec(tmp_path, "lift", mutate=mutate)
     assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", field)
 
 
-@pytest.mark.parametrize("mutate", [_placement(x=[float("nan"), 0.1]), lambda raw: raw.update(name="x" * 300)],
-                         ids=["nan-x", "long-name"])
+@pytest.mark.parametrize(
+    "mutate",
+    [_placement(x=[float("nan"), 0.1]), lambda raw: raw.update(name="x" * 300)],
+    ids=["nan-x", "long-name"],
+)
 def test_run_with_a_bad_spec_leaves_nothing_behind(tmp_path, mutate):
     # It used to crash after taking the lock, leaving .lock and shards/ that blocked the next run.
     write_spec(tmp_path, "lift", mutate=mutate)
@@ -348,18 +439,35 @@ def test_duplicate_yaml_keys_are_refused(tmp_path):
     text = write_spec(tmp_path, "lift").read_text()
     (tmp_path / "spec.yaml").write_text(text + "seed: 3\n")
     line = text.count("\n") + 1
-    assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "duplicate key 'seed'", f"line {line}")
+    assert_user_error(
+        factory(tmp_path, "validate", "spec.yaml"),
+        "spec.yaml",
+        "duplicate key 'seed'",
+        f"line {line}",
+    )
 
 
 def test_binary_spec_file(tmp_path):
     (tmp_path / "spec.yaml").write_bytes(bytes(range(256)) * 4)
-    assert_user_error(factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "not a YAML text file")
+    assert_user_error(
+        factory(tmp_path, "validate", "spec.yaml"), "spec.yaml", "not a YAML text file"
+    )
 
 
 def test_huge_attempts_plan_lazily(tmp_path):
     spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(cameras=[]))
-    result = factory(tmp_path, "run", spec, "--out", tmp_path / "out", "--attempts", "100000000",
-                     "--successes", "1", *RUN)
+    result = factory(
+        tmp_path,
+        "run",
+        spec,
+        "--out",
+        tmp_path / "out",
+        "--attempts",
+        "100000000",
+        "--successes",
+        "1",
+        *RUN,
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
 
@@ -384,7 +492,9 @@ def test_read_only_out(built, tmp_path):
     spec, _ = built
     out = tmp_path / "ro"
     out.mkdir(mode=0o555)
-    assert_user_error(factory(tmp_path, "run", spec, "--out", out, *RUN), str(out), "permission denied")
+    assert_user_error(
+        factory(tmp_path, "run", spec, "--out", out, *RUN), str(out), "permission denied"
+    )
 
 
 def test_resume_repairs_malformed_records(built, tmp_path):
@@ -395,8 +505,13 @@ def test_resume_repairs_malformed_records(built, tmp_path):
     (data / "generation.json").write_text("{not json")
     result = factory(tmp_path, "run", spec, "--out", data, *RUN)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    assert "manifest.json: unreadable" in result.stderr and "generation.json: unreadable" in result.stderr
-    assert {k: v for k, v in files(data).items() if k.startswith("shards/")} == shards  # the same bytes again
+    assert (
+        "manifest.json: unreadable" in result.stderr
+        and "generation.json: unreadable" in result.stderr
+    )
+    assert {
+        k: v for k, v in files(data).items() if k.startswith("shards/")
+    } == shards  # the same bytes again
     assert len(list(data.glob("manifest.json.corrupt-*"))) == 1  # the user's copy is kept
     assert factory(tmp_path, "verify", data).returncode == 0
 
@@ -405,7 +520,9 @@ def test_resume_repairs_malformed_records(built, tmp_path):
 def test_train_eval_output_into_a_missing_folder_fails_up_front(built, tmp_path, flag):
     spec, dataset = built
     start = time.monotonic()
-    result = factory(tmp_path, "train-eval", dataset, "--spec", spec, flag, tmp_path / "nowhere" / "x.json")
+    result = factory(
+        tmp_path, "train-eval", dataset, "--spec", spec, flag, tmp_path / "nowhere" / "x.json"
+    )
     assert_user_error(result, "nowhere", flag)
     assert time.monotonic() - start < 30  # before training
 
@@ -414,8 +531,22 @@ def test_sigterm_is_a_clean_interrupt(built, tmp_path):
     spec, _ = built
     out = tmp_path / "out"
     process = subprocess.Popen(
-        [sys.executable, "-m", "factory.cli", "run", str(spec), "--out", str(out), "--attempts", "40", *RUN],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "factory.cli",
+            "run",
+            str(spec),
+            "--out",
+            str(out),
+            "--attempts",
+            "40",
+            *RUN,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     while not (out / ".lock").exists():  # Ray is up (and has had its say about SIGTERM)
@@ -449,7 +580,9 @@ def test_verify_reports_a_corrupt_generation_once_named(built, tmp_path):
     assert f"{data}/generation.json: malformed JSON" in result.stderr
     (data / "manifest.json").write_text("[]")
     result = factory(tmp_path, "verify", data)
-    assert f"{data}/manifest.json" in result.stderr and f"{data}/{data}" not in result.stderr, result.stderr
+    assert f"{data}/manifest.json" in result.stderr and f"{data}/{data}" not in result.stderr, (
+        result.stderr
+    )
     (data / "manifest.json").write_bytes(bytes(range(256)))
     result = factory(tmp_path, "verify", data)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
@@ -468,7 +601,9 @@ def test_inspect_without_generation_says_unknown(built, tmp_path):
 
 
 def test_mujoco_writes_no_log_file_into_the_working_directory(tmp_path):
-    def unstable(demo):  # a huge first arm joint angle at the first step: MuJoCo warns when an attempt starts there
+    def unstable(
+        demo,
+    ):  # a huge first arm joint angle at the first step: MuJoCo warns when an attempt starts there
         states = demo["states"][()]
         states[0, 1] = 1e12
         demo["states"][...] = states

@@ -76,7 +76,9 @@ def _episode(index: int, shard: int, length: int, rng: np.random.Generator) -> E
         shard=shard,
         instruction=f"lift the cube ({index})",
         seed=1000 + index,
-        actions=rng.normal(loc=np.arange(ACTION_DIM), scale=0.5 + np.arange(ACTION_DIM), size=(length, ACTION_DIM)),
+        actions=rng.normal(
+            loc=np.arange(ACTION_DIM), scale=0.5 + np.arange(ACTION_DIM), size=(length, ACTION_DIM)
+        ),
         states=rng.normal(loc=-1.0, scale=3.0, size=(length, STATE_DIM)),
         sim_states=rng.normal(size=(length, 5)),
         images={camera: [_jpeg(rng) for _ in range(length)] for camera in CAMERAS},
@@ -94,7 +96,9 @@ def build_dataset(root: Path, layout=LAYOUT, seed: int = 0) -> BuiltDataset:
             episodes[index] = _episode(index, shard, length, rng)
             index += 2  # gaps in the global indices are allowed
     cameras = [{"name": c, "width": WIDTH, "height": HEIGHT, "format": "jpg"} for c in CAMERAS]
-    write_dataset(root, list(episodes.values()), {"name": "tiny", "fps": 20, "cameras": cameras}, len(layout))
+    write_dataset(
+        root, list(episodes.values()), {"name": "tiny", "fps": 20, "cameras": cameras}, len(layout)
+    )
     return BuiltDataset(root, episodes)
 
 
@@ -108,15 +112,17 @@ def _unbatch(batches) -> list[dict]:
     samples = []
     for batch in batches:
         for i in range(len(batch["episode"])):
-            samples.append({
-                "episode": int(batch["episode"][i]),
-                "step": int(batch["step"][i]),
-                "instruction": batch["instruction"][i],
-                "state": batch["state"][i],
-                "action_chunk": batch["action_chunk"][i],
-                "action_mask": batch["action_mask"][i],
-                "images": {c: images[i] for c, images in batch["images"].items()},
-            })
+            samples.append(
+                {
+                    "episode": int(batch["episode"][i]),
+                    "step": int(batch["step"][i]),
+                    "instruction": batch["instruction"][i],
+                    "state": batch["state"][i],
+                    "action_chunk": batch["action_chunk"][i],
+                    "action_mask": batch["action_mask"][i],
+                    "images": {c: images[i] for c, images in batch["images"].items()},
+                }
+            )
     return samples
 
 
@@ -145,7 +151,9 @@ def test_every_step_exactly_once(dataset, monkeypatch, world_size, num_workers) 
     ("n_shards", "world_size", "num_workers", "all_busy"),
     [(2, 2, 2, False), (3, 2, 2, True), (1, 1, 3, False), (5, 2, 3, True)],
 )
-def test_fewer_shards_than_splits_still_exactly_once(dataset, n_shards, world_size, num_workers, all_busy) -> None:
+def test_fewer_shards_than_splits_still_exactly_once(
+    dataset, n_shards, world_size, num_workers, all_busy
+) -> None:
     # Shards 0, 1, 2, 3, 5 hold 2, 1, 3, 1, 2 episodes; take the first n_shards of them.
     paths = [dataset.shard(i) for i in (0, 1, 2, 3, 5)[:n_shards]]
     ds = make_loader(paths, action_horizon=2, normalization="none")
@@ -157,8 +165,14 @@ def test_fewer_shards_than_splits_still_exactly_once(dataset, n_shards, world_si
             seen.update(keys)
             busy.append(bool(keys))
     names = {p.name for p in paths}
-    expected = Counter({(ep.index, t): 1 for ep in dataset.episodes.values()
-                        if f"shard-{ep.shard:06d}.tar" in names for t in range(ep.length)})
+    expected = Counter(
+        {
+            (ep.index, t): 1
+            for ep in dataset.episodes.values()
+            if f"shard-{ep.shard:06d}.tar" in names
+            for t in range(ep.length)
+        }
+    )
     assert seen == expected
     # Splits sharing a shard take turns by episode: all get some when the shards have enough.
     assert all(busy) == all_busy
@@ -177,13 +191,21 @@ def test_samples_hold_the_written_data(dataset) -> None:
             reference = np.asarray(Image.open(io.BytesIO(ep.images[camera][t])).convert("RGB"))
             np.testing.assert_array_equal(image.permute(1, 2, 0).numpy(), reference)
         assert s["state"].dtype == torch.float32 and s["state"].shape == (STATE_DIM,)
-        assert s["action_chunk"].dtype == torch.float32 and s["action_chunk"].shape == (horizon, ACTION_DIM)
+        assert s["action_chunk"].dtype == torch.float32 and s["action_chunk"].shape == (
+            horizon,
+            ACTION_DIM,
+        )
         assert s["action_mask"].dtype == torch.bool and s["action_mask"].shape == (horizon,)
         rows = [min(t + k, ep.length - 1) for k in range(horizon)]
         np.testing.assert_array_equal(s["action_chunk"].numpy(), ep.actions[rows])
 
-    floats = next(iter(make_loader(dataset.path, cameras=["agentview"], normalization="none",
-                                   image_dtype="float32")))
+    floats = next(
+        iter(
+            make_loader(
+                dataset.path, cameras=["agentview"], normalization="none", image_dtype="float32"
+            )
+        )
+    )
     assert list(floats["images"]) == ["agentview"]
     image = floats["images"]["agentview"]
     assert image.dtype == torch.float32 and 0.0 <= image.min() and image.max() <= 1.0
@@ -193,8 +215,10 @@ def test_samples_hold_the_written_data(dataset) -> None:
 
 
 def test_action_chunks_at_the_episode_end(dataset) -> None:
-    by_key = {(s["episode"], s["step"]): s for s in make_loader(dataset.path, action_horizon=4,
-                                                                 normalization="none")}
+    by_key = {
+        (s["episode"], s["step"]): s
+        for s in make_loader(dataset.path, action_horizon=4, normalization="none")
+    }
     five = next(ep for ep in dataset.episodes.values() if ep.length == 5)
     one = next(ep for ep in dataset.episodes.values() if ep.length == 1)
     a, T, F = five.actions, True, False
@@ -242,13 +266,22 @@ def test_normalization_matches_numpy(dataset, mode) -> None:
     x = dataset.episodes[0].actions
     y = ds.normalizer.normalize("action", x)
     inside = np.abs(y) < 1
-    np.testing.assert_allclose(ds.normalizer.unnormalize("action", y)[inside], x[inside], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        ds.normalizer.unnormalize("action", y)[inside], x[inside], rtol=1e-5, atol=1e-5
+    )
 
 
 def test_brace_pattern_and_path_list_match_the_directory(dataset) -> None:
     def contents(source):
-        return sorted((s["episode"], s["step"], s["state"].numpy().tobytes(), s["action_chunk"].numpy().tobytes())
-                      for s in make_loader(source, cameras=[], action_horizon=2))
+        return sorted(
+            (
+                s["episode"],
+                s["step"],
+                s["state"].numpy().tobytes(),
+                s["action_chunk"].numpy().tobytes(),
+            )
+            for s in make_loader(source, cameras=[], action_horizon=2)
+        )
 
     from_dir = contents(dataset.path)
     brace = str(shards_dir(dataset.path) / "shard-{000000..000005}.tar")
@@ -259,7 +292,9 @@ def test_brace_pattern_and_path_list_match_the_directory(dataset) -> None:
 
 def test_shuffle_changes_order_not_contents_and_is_seeded(dataset) -> None:
     def order(**kw):
-        return _keys(make_loader(dataset.path, cameras=[], normalization="none", action_horizon=1, **kw))
+        return _keys(
+            make_loader(dataset.path, cameras=[], normalization="none", action_horizon=1, **kw)
+        )
 
     plain = order()
     shuffled = order(shuffle_buffer=8, seed=1)
@@ -273,7 +308,9 @@ def test_shuffle_changes_order_not_contents_and_is_seeded(dataset) -> None:
 
 
 def test_resampled_yields_exactly_epoch_length(dataset) -> None:
-    ds = make_loader(dataset.path, action_horizon=2, resampled=True, epoch_length=37, shuffle_buffer=5)
+    ds = make_loader(
+        dataset.path, action_horizon=2, resampled=True, epoch_length=37, shuffle_buffer=5
+    )
     samples = _unbatch(DataLoader(ds, batch_size=4, num_workers=2))
     assert len(samples) == 37
     assert set(_keys(samples)) <= set(dataset.steps())
@@ -300,7 +337,9 @@ def test_a_damaged_shard_is_refused_before_it_is_read(dataset, tmp_path) -> None
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    with pytest.raises(DatasetError, match=r"shard-000000.tar: sha256 does not match manifest.json"):
+    with pytest.raises(
+        DatasetError, match=r"shard-000000.tar: sha256 does not match manifest.json"
+    ):
         list(make_loader(copy, cameras=[], normalization="none"))
 
 
@@ -316,8 +355,11 @@ def test_a_shard_with_a_corrupt_header_raises(dataset, tmp_path) -> None:
     data[offset + 1] ^= 0xFF
     path.write_bytes(bytes(data))
     _relist(copy, path)  # past the manifest's checksum: the reader's own check is what is tested
-    with pytest.raises(DatasetError, match=rf"shard-000000.tar: not a readable tar file: header at byte {offset}: "
-                                           r"bad checksum \(\d+ stored, \d+ computed\)"):
+    with pytest.raises(
+        DatasetError,
+        match=rf"shard-000000.tar: not a readable tar file: header at byte {offset}: "
+        r"bad checksum \(\d+ stored, \d+ computed\)",
+    ):
         list(make_loader(copy, cameras=[], normalization="none"))
 
 
@@ -333,7 +375,9 @@ def test_a_valid_shard_short_of_its_manifest_count_raises(dataset, tmp_path) -> 
         for member, data in kept:
             tar.addfile(member, io.BytesIO(data))
     _relist(copy, path)  # past the manifest's checksum: only its sample count can tell
-    with pytest.raises(DatasetError, match=r"shard-000000.tar: holds 3 samples, manifest.json lists 8"):
+    with pytest.raises(
+        DatasetError, match=r"shard-000000.tar: holds 3 samples, manifest.json lists 8"
+    ):
         list(make_loader(copy, cameras=[], normalization="none"))
 
 
@@ -367,8 +411,9 @@ class _Trickle:
 def _tar_bytes(members, tar_format: int, pax_headers=None) -> bytes:
     """A tar written by Python's tarfile; members: (name, data) files, or (name, DIRTYPE | SYMTYPE)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tar_format, encoding="utf-8",
-                      pax_headers=pax_headers) as tar:
+    with tarfile.open(
+        fileobj=buffer, mode="w", format=tar_format, encoding="utf-8", pax_headers=pax_headers
+    ) as tar:
         for name, content in members:
             info = tarfile.TarInfo(name)
             if content in (tarfile.DIRTYPE, tarfile.SYMTYPE):
@@ -394,7 +439,9 @@ _PLAIN = [
     ("link", tarfile.SYMTYPE),
     ("big", np.random.default_rng(0).bytes(3 * 1024 * 1024 + 7)),  # spans several chunks
 ]
-_PREFIXED = [("dir/" + "p" * 120 + "/file.bin", b"\xff" * 513)]  # ustar: prefix + name; pax, GNU: extended
+_PREFIXED = [
+    ("dir/" + "p" * 120 + "/file.bin", b"\xff" * 513)
+]  # ustar: prefix + name; pax, GNU: extended
 _EXTENDED = [
     ("n" * 150 + ".jpg", b"long name"),  # pax: an x header; GNU: an L header
     ("caf\u00e9.json", b"{}"),  # pax: an x header (not ASCII)
@@ -415,7 +462,9 @@ _USTAR, _GNU, _PAX = tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMA
     ],
 )
 @pytest.mark.parametrize("step", [None, 1000])
-def test_tar_reader_matches_tarfile(monkeypatch, tar_format, members, pax_headers, fallback, step) -> None:
+def test_tar_reader_matches_tarfile(
+    monkeypatch, tar_format, members, pax_headers, fallback, step
+) -> None:
     calls = []
     original = tario._tarfile_members
     monkeypatch.setattr(tario, "_tarfile_members", lambda *args: calls.append(1) or original(*args))
@@ -430,7 +479,9 @@ def test_tar_reader_matches_tarfile(monkeypatch, tar_format, members, pax_header
 def test_tar_reader_reads_write_shard_output_without_tarfile(dataset, monkeypatch) -> None:
     # write_shard asks for PAX, but its short ASCII names need no extension header: every
     # member is read by the ustar path (the tarfile fallback would fail here).
-    monkeypatch.setattr("shards.tario._tarfile_members", lambda *args: pytest.fail("fell back to tarfile"))
+    monkeypatch.setattr(
+        "shards.tario._tarfile_members", lambda *args: pytest.fail("fell back to tarfile")
+    )
     for shard in (0, 2, 4):  # shard 4 is an empty tar
         path = dataset.shard(shard)
         with open(path, "rb") as f:
@@ -454,14 +505,18 @@ def test_tar_reader_refuses_a_bad_checksum() -> None:
     data[1024 + 2] ^= 0x01  # b.txt's header: one bit of its name
     reader = iter_tar(io.BytesIO(bytes(data)), "t.tar")
     assert next(reader) == ("a.txt", b"abc")
-    with pytest.raises(DatasetError, match=r"^t.tar: not a readable tar file: header at byte 1024: bad checksum"):
+    with pytest.raises(
+        DatasetError, match=r"^t.tar: not a readable tar file: header at byte 1024: bad checksum"
+    ):
         next(reader)
     data[1024 + 2] ^= 0x01
     for size in (b"00000000z03\0", b"-0000000003\0", b"\xff" * 12):  # checksums fixed up
         data[1024 + 124 : 1024 + 136] = size
         data[1024 + 148 : 1024 + 156] = b" " * 8
         data[1024 + 148 : 1024 + 156] = b"%06o\0 " % sum(data[1024:1536])
-        with pytest.raises(DatasetError, match=r"header at byte 1024: size field .* is not an octal number >= 0"):
+        with pytest.raises(
+            DatasetError, match=r"header at byte 1024: size field .* is not an octal number >= 0"
+        ):
             list(iter_tar(io.BytesIO(bytes(data)), "t.tar"))
 
 
@@ -517,7 +572,9 @@ def test_npy_members_parse_like_np_load() -> None:
     # Twice round, so the second reads every header from the cache; interleaved, so a cached
     # header of one array must not be used for another.
     cases = [(a, None) for a in _ARRAYS] + [(_ARRAYS[1], (2, 0))]
-    cases.append((np.array([(1,)], dtype=[("\u00fc\u03c0", "<i4")]), None))  # np.save writes version 3.0
+    cases.append(
+        (np.array([(1,)], dtype=[("\u00fc\u03c0", "<i4")]), None)
+    )  # np.save writes version 3.0
     for _ in range(2):
         for array, version in cases:
             loaded = load_npy(_npy_bytes(array, version))
@@ -531,7 +588,9 @@ def test_npy_members_that_are_pickles_or_broken_are_refused() -> None:
     pickled = _npy_bytes(np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError, match="object array .* pickled objects are refused"):
         load_npy(pickled)
-    with pytest.raises(ValueError, match="holds 8 bytes after its header, float32 \\(7,\\) needs 28"):
+    with pytest.raises(
+        ValueError, match="holds 8 bytes after its header, float32 \\(7,\\) needs 28"
+    ):
         load_npy(_npy_bytes(np.arange(7, dtype=np.float32))[:-20])
     with pytest.raises(ValueError, match="not a .npy file"):
         load_npy(b'{"step": 0}')
@@ -540,7 +599,9 @@ def test_npy_members_that_are_pickles_or_broken_are_refused() -> None:
     task = ShardTask("shard-000009.tar")
     members = {"action.npy": pickled, "state.npy": _npy_bytes(np.zeros(3))}
     episode = RawEpisode(task, 0, 0, "lift", (RawSample(task, "e00000000_t0000", members),))
-    with pytest.raises(DatasetError, match=r"^shard-000009.tar: e00000000_t0000.action.npy: holds an object array"):
+    with pytest.raises(
+        DatasetError, match=r"^shard-000009.tar: e00000000_t0000.action.npy: holds an object array"
+    ):
         list(decode_episodes([episode], cameras=[], normalizer=Normalizer("none", None)))
 
 
@@ -549,7 +610,9 @@ def test_jpegs_of_any_mode_decode_to_rgb(mode) -> None:
     pixels = np.random.default_rng(1).integers(0, 256, size=(HEIGHT, WIDTH, 3), dtype=np.uint8)
     buffer = io.BytesIO()
     Image.fromarray(pixels).convert(mode).save(buffer, format="JPEG", quality=90)
-    reference = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")).transpose(2, 0, 1)
+    reference = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")).transpose(
+        2, 0, 1
+    )
     image = _decode_jpeg(buffer.getvalue(), "uint8")
     assert image.shape == (3, HEIGHT, WIDTH) and image.is_contiguous()
     np.testing.assert_array_equal(image.numpy(), reference)

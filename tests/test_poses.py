@@ -368,7 +368,7 @@ def test_transit_over_rises_crosses_and_descends():
     crossing = poses[np.isclose(z, top)]
     assert np.allclose(crossing[-1][:3, 3], [0.30, 0.0, top])  # across at the clearance height
     assert len(crossing) == 1 + 15  # 0.30 m at 0.02 m a step
-    assert np.all(np.diff(z[up:][len(crossing) - 1:]) < 0)  # then only down
+    assert np.all(np.diff(z[up:][len(crossing) - 1 :]) < 0)  # then only down
     assert np.array_equal(poses[-1], end)
     assert np.all(poses[:, 0, 3] >= -1e-12) and np.all(z >= 0.85 - 1e-12)
 
@@ -379,5 +379,10 @@ def test_disturbed_names_moved_or_tipped_objects_but_not_the_exempt():
     tipped = np.eye(4)
     tipped[:3, :3] = [[1, 0, 0], [0, np.cos(0.5), -np.sin(0.5)], [0, np.sin(0.5), np.cos(0.5)]]
     before = {"a": np.eye(4), "b": np.eye(4), "c": np.eye(4), "held": np.eye(4)}
-    after = {"a": _yaw(0.0, (0.02, 0, 0)), "b": tipped, "c": _yaw(0.0, (0.005, 0, 0)), "held": _yaw(0.0, (0.3, 0, 0))}
+    after = {
+        "a": _yaw(0.0, (0.02, 0, 0)),
+        "b": tipped,
+        "c": _yaw(0.0, (0.005, 0, 0)),
+        "held": _yaw(0.0, (0.3, 0, 0)),
+    }
     assert disturbed(before, after, exempt={"held"}) == ["a", "b"]

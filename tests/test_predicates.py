@@ -33,7 +33,9 @@ def test_every_registered_kind_parses_and_round_trips(name):
     args = [*objects, *(f"{v:g}" for v in required)]
     text = f"{name}({', '.join(args)})" if args else name
     parsed = parse_predicate(text)
-    assert parsed == Predicate(name, objects, required + tuple(d for _, d in kind.params[kind.required:]))
+    assert parsed == Predicate(
+        name, objects, required + tuple(d for _, d in kind.params[kind.required :])
+    )
     assert parse_predicate(str(parsed)) == parsed
 
 
@@ -57,7 +59,13 @@ def test_whitespace_and_empty_parentheses_are_accepted():
 
 @pytest.mark.parametrize(
     "text",
-    ["grasped(cubeA)", "lifted(cube, 0.04)", "near(cubeA, cubeB, 0.125)", "on_top(a, b)", "success"],
+    [
+        "grasped(cubeA)",
+        "lifted(cube, 0.04)",
+        "near(cubeA, cubeB, 0.125)",
+        "on_top(a, b)",
+        "success",
+    ],
 )
 def test_str_round_trips(text):
     parsed = parse_predicate(text)
@@ -94,9 +102,13 @@ def test_wrong_arity_says_what_the_predicate_takes(text, usage):
     assert repr(text) in str(info.value)
 
 
-@pytest.mark.parametrize("text", ["lifted(cube, high)", "near(a, b, 5cm)", "lifted(cube, nan)", "near(a, b, inf)"])
+@pytest.mark.parametrize(
+    "text", ["lifted(cube, high)", "near(a, b, 5cm)", "lifted(cube, nan)", "near(a, b, inf)"]
+)
 def test_non_numeric_params_are_rejected(text):
-    with pytest.raises(ValueError, match=r"lifted\(object1, height=0.04\)|near\(object1, object2, distance=0.05\)"):
+    with pytest.raises(
+        ValueError, match=r"lifted\(object1, height=0.04\)|near\(object1, object2, distance=0.05\)"
+    ):
         parse_predicate(text)
 
 
@@ -109,7 +121,9 @@ def test_object_arguments_must_be_names(text):
         parse_predicate(text)
 
 
-@pytest.mark.parametrize("text", ["", "   ", "12", "grasped(cubeA", "Grasped(cubeA)", "grasped cubeA", None])
+@pytest.mark.parametrize(
+    "text", ["", "   ", "12", "grasped(cubeA", "Grasped(cubeA)", "grasped cubeA", None]
+)
 def test_garbage_text_is_rejected_with_an_example(text):
     with pytest.raises(ValueError, match=r"expected a predicate like 'grasped\(cubeA\)'"):
         parse_predicate(text)

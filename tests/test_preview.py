@@ -74,7 +74,9 @@ def make_dataset(root: Path, cameras=CAMERAS, episodes=EPISODES) -> Path:
                 provenance={},
             )
         )
-    manifest = Manifest(tuple(write_shard(eps, shards_dir(root), shard) for shard, eps in by_shard.items()))
+    manifest = Manifest(
+        tuple(write_shard(eps, shards_dir(root), shard) for shard, eps in by_shard.items())
+    )
     save_manifest(root, manifest)
     save_episodes(root, [EpisodeRecord.from_episode(ep) for eps in by_shard.values() for ep in eps])
     cams = [{"name": n, "width": w, "height": h, "format": "jpg"} for n, (w, h) in cameras.items()]
@@ -119,7 +121,12 @@ def test_contact_sheet_shows_first_middle_last_of_each_episode(dataset, tmp_path
                 # The whole cell is the frame: centre and corners, 1 px in.
                 for x, y in [((x0 + x1) // 2, (y0 + y1) // 2), (x0 + 1, y0 + 1), (x1 - 2, y1 - 2)]:
                     pixel = sheet[y, x]
-                    assert _close(pixel, colour(index, step, camera.name), 8), (index, camera.name, step, pixel)
+                    assert _close(pixel, colour(index, step, camera.name), 8), (
+                        index,
+                        camera.name,
+                        step,
+                        pixel,
+                    )
     # Columns follow dataset_info.json; rows go down; nothing overlaps.
     assert layout.cell_box(0, 0, 2)[2] < layout.cell_box(0, 1, 0)[0]
     assert layout.cell_box(0, 0, 0)[3] < layout.cell_box(1, 0, 0)[1]
@@ -135,7 +142,9 @@ def test_episode_videos_have_every_frame_at_dataset_fps(dataset, tmp_path, episo
     index = 3 if episode is None else episode
     paths = write_episode_videos(dataset, tmp_path, episode=episode)
     assert paths == [tmp_path / f"e{index:08d}_{name}.mp4" for name in CAMERAS]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)  # no temporaries
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in paths
+    )  # no temporaries
     for path, (name, (w, h)) in zip(paths, CAMERAS.items(), strict=True):
         frames, fps = _read_video(path)
         assert len(frames) == length and fps == FPS
@@ -157,9 +166,10 @@ def test_preview_writes_into_dataset_preview_dir(tmp_path):
     result = preview(data, episodes=1)
     assert result["contact_sheet"] == data / "preview" / "contact_sheet.png"
     assert result["videos"] == [data / "preview" / f"e00000003_{name}.mp4" for name in CAMERAS]
-    assert Image.open(result["contact_sheet"]).height == make_sheet_layout(
-        [Camera(n, w, h) for n, (w, h) in CAMERAS.items()], rows=1
-    ).height
+    assert (
+        Image.open(result["contact_sheet"]).height
+        == make_sheet_layout([Camera(n, w, h) for n, (w, h) in CAMERAS.items()], rows=1).height
+    )
 
 
 def test_dataset_without_cameras_is_refused(tmp_path):
@@ -186,9 +196,21 @@ def _drop_info(data: Path) -> None:
     [
         (_drop_info, lambda d, out: preview(d, out), "not a demofactory dataset"),
         (_corrupt_episodes, lambda d, out: preview(d, out), "not a readable dataset"),
-        (_drop_shard, lambda d, out: write_episode_videos(d, out, episode=12), "missing, yet listed in manifest.json"),
-        (None, lambda d, out: write_episode_videos(d, out, episode=99), r"no episode 99 .* 3, 7, 12"),
-        (None, lambda d, out: write_contact_sheet(d, out / "s.png", episodes=0), "episodes must be >= 1"),
+        (
+            _drop_shard,
+            lambda d, out: write_episode_videos(d, out, episode=12),
+            "missing, yet listed in manifest.json",
+        ),
+        (
+            None,
+            lambda d, out: write_episode_videos(d, out, episode=99),
+            r"no episode 99 .* 3, 7, 12",
+        ),
+        (
+            None,
+            lambda d, out: write_contact_sheet(d, out / "s.png", episodes=0),
+            "episodes must be >= 1",
+        ),
     ],
 )
 def test_bad_datasets_raise_user_error(tmp_path, damage, call, message):

@@ -67,12 +67,16 @@ def _cube_in_front(scene: Scene, dx: float = 0.2) -> np.ndarray:
     return scene.get_state()
 
 
-def _project(scene: Scene, camera: str, point: np.ndarray, width: int, height: int) -> tuple[int, int, float]:
+def _project(
+    scene: Scene, camera: str, point: np.ndarray, width: int, height: int
+) -> tuple[int, int, float]:
     """(row, column) of `point` in an upright image of `camera`, and its depth along the optical axis (m)."""
     import mujoco
 
     cam = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
-    rotation = scene.data.cam_xmat[cam].reshape(3, 3)  # columns: camera x (right), y (up), z (backwards)
+    rotation = scene.data.cam_xmat[cam].reshape(
+        3, 3
+    )  # columns: camera x (right), y (up), z (backwards)
     local = rotation.T @ (point - scene.data.cam_xpos[cam])
     focal = (height / 2) / np.tan(np.radians(scene.model.cam_fovy[cam]) / 2)
     column = width / 2 + focal * local[0] / -local[2]
@@ -86,23 +90,29 @@ def test_depth_is_metric_and_upright_and_labels_mark_the_cube(scene, renderer, c
     try:
         scene.set_state(_cube_in_front(scene))
         views = renderer.render_views()[cam.name]
-        row, column, distance = _project(scene, cam.name, scene.data.xpos[scene.bodies["cube"]], 32, 32)
+        row, column, distance = _project(
+            scene, cam.name, scene.data.xpos[scene.bodies["cube"]], 32, 32
+        )
     finally:
         scene.set_state(start)
     depth, labels = views.depth, views.labels
     assert depth.shape == labels.shape == (32, 32) and depth.dtype == np.float32
     assert np.isfinite(depth).all() and 0.3 < depth.min() and depth.max() < 5.0
-    if cam.name == "agentview":  # the near table fills the bottom of an upright image, the far wall its top
+    if (
+        cam.name == "agentview"
+    ):  # the near table fills the bottom of an upright image, the far wall its top
         assert depth[-4:].mean() < depth[:4].mean()
         assert abs(depth[31 - row, column] - distance) > 0.1
-    cube = {"object": [1], "body": [scene.bodies["cube"] + 1],
-            "geom": np.flatnonzero(scene.model.geom_bodyid == scene.bodies["cube"]) + 1}[cam.segmentation]
+    cube = {
+        "object": [1],
+        "body": [scene.bodies["cube"] + 1],
+        "geom": np.flatnonzero(scene.model.geom_bodyid == scene.bodies["cube"]) + 1,
+    }[cam.segmentation]
     assert row >= 20, "the moved cube should sit low in the image, far from its mirror row"
     assert labels[row, column] in cube and labels[31 - row, column] not in cube
     assert abs(depth[row, column] - distance) < 0.03  # its near face: within the cube's half size
     if cam.segmentation == "object":
         assert set(np.unique(labels)) == {0, 1}
-
 
 
 @pytest.fixture(scope="module")
@@ -132,23 +142,55 @@ def _write(root, scene, frames, states, depth=None):
 
     length = len(states)
     episode = Episode(
-        index=0, shard=0, instruction="lift the red cube", seed=0,
-        actions=np.zeros((length, 7)), states=np.zeros((length, 9)), sim_states=states,
-        images=frames.images, depth=frames.depth if depth is None else depth,
-        segmentation=frames.segmentation, provenance={},
+        index=0,
+        shard=0,
+        instruction="lift the red cube",
+        seed=0,
+        actions=np.zeros((length, 7)),
+        states=np.zeros((length, 9)),
+        sim_states=states,
+        images=frames.images,
+        depth=frames.depth if depth is None else depth,
+        segmentation=frames.segmentation,
+        provenance={},
     )
-    cameras = [camera_entry(c.name, c.width, c.height, c.depth, c.segmentation, list(scene.bodies))
-               for c in CAMERAS]
-    task = {"env": "Lift", "robot": "Panda", "controller": "OSC_POSE", "control_freq": 20, "horizon": 50}
-    write_dataset(root, [episode], {
-        "name": "modes", "fps": 20, "env": "Lift", "robot": "Panda", "cameras": cameras,
-        "state": {"dim": 9, "layout": [["eef_pos", 3], ["eef_quat_xyzw", 4], ["gripper_qpos", 2]]},
-        "action": {"dim": 7, "layout": [["delta_pos", 3], ["delta_axis_angle", 3], ["gripper", 1]]},
-        "sim_state": {"dim": states.shape[1], "layout": "time, qpos, qvel"}, "spec": {"name": "modes", "task": task},
-    })
+    cameras = [
+        camera_entry(c.name, c.width, c.height, c.depth, c.segmentation, list(scene.bodies))
+        for c in CAMERAS
+    ]
+    task = {
+        "env": "Lift",
+        "robot": "Panda",
+        "controller": "OSC_POSE",
+        "control_freq": 20,
+        "horizon": 50,
+    }
+    write_dataset(
+        root,
+        [episode],
+        {
+            "name": "modes",
+            "fps": 20,
+            "env": "Lift",
+            "robot": "Panda",
+            "cameras": cameras,
+            "state": {
+                "dim": 9,
+                "layout": [["eef_pos", 3], ["eef_quat_xyzw", 4], ["gripper_qpos", 2]],
+            },
+            "action": {
+                "dim": 7,
+                "layout": [["delta_pos", 3], ["delta_axis_angle", 3], ["gripper", 1]],
+            },
+            "sim_state": {"dim": states.shape[1], "layout": "time, qpos, qvel"},
+            "spec": {"name": "modes", "task": task},
+        },
+    )
 
 
-def test_frames_round_trip_through_shards_webdataset_verify_and_robomimic(scene, rendered, tmp_path):
+def test_frames_round_trip_through_shards_webdataset_verify_and_robomimic(
+    scene, rendered, tmp_path
+):
     import h5py
     import webdataset as wds
 
@@ -159,12 +201,20 @@ def test_frames_round_trip_through_shards_webdataset_verify_and_robomimic(scene,
 
     states, views, frames = rendered
     depth_cameras = [c.name for c in CAMERAS if c.depth]
-    assert set(frames.depth) == set(depth_cameras) and set(frames.segmentation) == {c.name for c in CAMERAS}
-    for t, view in enumerate(views):  # encoded on the pool thread, in order, as inline encoding would
+    assert set(frames.depth) == set(depth_cameras) and set(frames.segmentation) == {
+        c.name for c in CAMERAS
+    }
+    for t, view in enumerate(
+        views
+    ):  # encoded on the pool thread, in order, as inline encoding would
         for cam in CAMERAS:
-            assert frames.images[cam.name][t] == encode_jpeg(view[cam.name].rgb, RenderSpec().jpeg_quality)
+            assert frames.images[cam.name][t] == encode_jpeg(
+                view[cam.name].rgb, RenderSpec().jpeg_quality
+            )
             bits = segmentation_bits(cam.segmentation)
-            assert frames.segmentation[cam.name][t] == encode_segmentation_png(view[cam.name].labels, bits)
+            assert frames.segmentation[cam.name][t] == encode_segmentation_png(
+                view[cam.name].labels, bits
+            )
             if cam.depth:
                 assert frames.depth[cam.name][t] == encode_depth_png(view[cam.name].depth)
     _write(tmp_path / "ds", scene, frames, states)
@@ -184,12 +234,20 @@ def test_frames_round_trip_through_shards_webdataset_verify_and_robomimic(scene,
             assert sample[f"{cam.name}.jpg"].shape == (cam.height, cam.width, 3)
 
     summary = export_robomimic(tmp_path / "ds", tmp_path / "out.hdf5")
-    assert {"agentview_depth", "agentview_seg", "robot0_eye_in_hand_seg"} <= set(summary["obs_keys"])
+    assert {"agentview_depth", "agentview_seg", "robot0_eye_in_hand_seg"} <= set(
+        summary["obs_keys"]
+    )
     with h5py.File(tmp_path / "out.hdf5") as f:
         obs = f["data/demo_0/obs"]
-        assert obs["agentview_depth"].shape == (3, 32, 32, 1) and obs["agentview_depth"].dtype == np.float32
+        assert (
+            obs["agentview_depth"].shape == (3, 32, 32, 1)
+            and obs["agentview_depth"].dtype == np.float32
+        )
         assert np.allclose(obs["agentview_depth"][1, ..., 0], samples[1]["agentview_depth.png"])
-        assert obs["robot0_eye_in_hand_seg"].shape == (3, 32, 40, 1) and "robot0_eye_in_hand_depth" not in obs
+        assert (
+            obs["robot0_eye_in_hand_seg"].shape == (3, 32, 40, 1)
+            and "robot0_eye_in_hand_depth" not in obs
+        )
         assert np.array_equal(obs["agentview_seg"][2, ..., 0], views[2]["agentview"].labels)
 
 
@@ -200,11 +258,17 @@ def test_verify_reports_missing_and_malformed_depth(scene, rendered, tmp_path):
     _write(tmp_path / "missing", scene, frames, states, depth={})
     problems = verify_dataset(tmp_path / "missing")
     assert problems and all("agentview_depth.png" in p for p in problems)
-    wrong = {**frames.depth, "agentview": [frames.segmentation["agentview"][0]] * len(states)}  # 8-bit labels
+    wrong = {
+        **frames.depth,
+        "agentview": [frames.segmentation["agentview"][0]] * len(states),
+    }  # 8-bit labels
     _write(tmp_path / "wrong", scene, frames, states, depth=wrong)
     problems = verify_dataset(tmp_path / "wrong")
     assert len(problems) == len(states)
-    assert all("agentview_depth.png: 32x32, 8-bit, colour type 0; expected 32x32 16-bit" in p for p in problems)
+    assert all(
+        "agentview_depth.png: 32x32, 8-bit, colour type 0; expected 32x32 16-bit" in p
+        for p in problems
+    )
 
 
 def test_factory_run_writes_depth_and_segmentation(tmp_path, ray_cluster):
@@ -219,20 +283,37 @@ def test_factory_run_writes_depth_and_segmentation(tmp_path, ray_cluster):
     from tests.conftest import write_spec
 
     spec = write_spec(
-        tmp_path / "depth.yaml", name="depth_lift", task={"horizon": 300},
+        tmp_path / "depth.yaml",
+        name="depth_lift",
+        task={"horizon": 300},
         generation={"attempts": 1, "attempts_per_shard": 1},
-        cameras=[{"name": "agentview", "width": 32, "height": 24, "depth": True, "segmentation": "object"}],
+        cameras=[
+            {
+                "name": "agentview",
+                "width": 32,
+                "height": 24,
+                "depth": True,
+                "segmentation": "object",
+            }
+        ],
     )
     out = tmp_path / "out"
     assert main(["run", str(spec), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
     assert main(["verify", str(out)]) == 0
     camera = json.loads((out / "dataset_info.json").read_text())["cameras"][0]
     assert camera["depth"]["unit"] == "mm" and camera["segmentation"]["objects"] == ["cube"]
-    samples = list(wds.WebDataset(str(out / "shards" / "shard-000000.tar"), shardshuffle=False)
-                   .decode(decode_member, "rgb8"))
+    samples = list(
+        wds.WebDataset(str(out / "shards" / "shard-000000.tar"), shardshuffle=False).decode(
+            decode_member, "rgb8"
+        )
+    )
     assert samples, "the one attempt of tiny Lift succeeds"
     first = samples[0]
     depth, labels = first["agentview_depth.png"], first["agentview_seg.png"]
     assert first["agentview.jpg"].shape == (24, 32, 3)
-    assert depth.shape == (24, 32) and depth.dtype == np.float32 and 0.2 < float(np.median(depth)) < 5.0
+    assert (
+        depth.shape == (24, 32)
+        and depth.dtype == np.float32
+        and 0.2 < float(np.median(depth)) < 5.0
+    )
     assert labels.shape == (24, 32) and set(np.unique(labels)) <= {0, 1} and (labels == 1).any()

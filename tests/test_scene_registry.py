@@ -16,7 +16,9 @@ from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from tests.conftest import SPECS
 
 SPEC_FILES = sorted(SPECS.glob("*.yaml"))
-MAX_ATTEMPTS = 8  # every shipped spec makes >= 40 % in its benchmark: 8 failures in a row would be a bug
+MAX_ATTEMPTS = (
+    8  # every shipped spec makes >= 40 % in its benchmark: 8 failures in a row would be a bug
+)
 _RESOLVED: dict = {}
 
 
@@ -28,8 +30,19 @@ def _resolved(path):
 
 
 def test_the_shipped_specs_are_found():
-    expected = {"lift", "stack", "nut_assembly", "nut_assembly_square", "nut_assembly_round", "pick_place",
-                "pick_place_milk", "pick_place_bread", "pick_place_cereal", "pick_place_can", "door"}
+    expected = {
+        "lift",
+        "stack",
+        "nut_assembly",
+        "nut_assembly_square",
+        "nut_assembly_round",
+        "pick_place",
+        "pick_place_milk",
+        "pick_place_bread",
+        "pick_place_cereal",
+        "pick_place_can",
+        "door",
+    }
     assert {p.stem for p in SPEC_FILES} >= expected
 
 
@@ -54,9 +67,13 @@ def test_spec_builds_resets_and_steps(path):
     scene.reset_to(start if start is not None else scene.get_state(), Placement(offsets))
     for name in free:
         moved = scene.object_pose(name)[:2, 3]
-        np.testing.assert_allclose(moved - original[name], [0.01, -0.01], atol=2e-3)  # the drop settles it
+        np.testing.assert_allclose(
+            moved - original[name], [0.01, -0.01], atol=2e-3
+        )  # the drop settles it
     for name, root in roots.items():
-        np.testing.assert_allclose(scene.model.body_pos[root][:2] - original_roots[name], [0.01, -0.01], atol=1e-9)
+        np.testing.assert_allclose(
+            scene.model.body_pos[root][:2] - original_roots[name], [0.01, -0.01], atol=1e-9
+        )
     for _ in range(5):
         scene.step(np.zeros(7))
     assert np.isfinite(scene.get_state()).all()
@@ -75,7 +92,9 @@ def test_spec_generates_a_successful_episode(path):
     assert resolved.demos, f"{path.name} ships no seed demo: it cannot generate"
     reasons = []
     for a in range(MAX_ATTEMPTS):
-        attempt = generate_attempt(resolved.scene, resolved.demos, AttemptPlan(a, 0, attempt_seed(spec.seed, 0, a)))
+        attempt = generate_attempt(
+            resolved.scene, resolved.demos, AttemptPlan(a, 0, attempt_seed(spec.seed, 0, a))
+        )
         if attempt.success:
             assert attempt.length > 0 and np.isfinite(attempt.states).all()
             resolved.scene.set_state(attempt.states[-1])

@@ -45,10 +45,16 @@ def point(**fields) -> WaypointSpec:
 def test_rpy_to_mat_quarter_turns():
     from factory.script import rpy_to_mat
 
-    np.testing.assert_allclose(rpy_to_mat((0, 0, np.pi / 2)), [[0, -1, 0], [1, 0, 0], [0, 0, 1]], atol=1e-12)
-    np.testing.assert_allclose(rpy_to_mat((np.pi / 2, 0, 0)), [[1, 0, 0], [0, 0, -1], [0, 1, 0]], atol=1e-12)
+    np.testing.assert_allclose(
+        rpy_to_mat((0, 0, np.pi / 2)), [[0, -1, 0], [1, 0, 0], [0, 0, 1]], atol=1e-12
+    )
+    np.testing.assert_allclose(
+        rpy_to_mat((np.pi / 2, 0, 0)), [[1, 0, 0], [0, 0, -1], [0, 1, 0]], atol=1e-12
+    )
     # roll first, then yaw: x stays x under the roll, then turns to y
-    np.testing.assert_allclose(rpy_to_mat((np.pi / 2, 0, np.pi / 2)) @ [1, 0, 0], [0, 1, 0], atol=1e-12)
+    np.testing.assert_allclose(
+        rpy_to_mat((np.pi / 2, 0, np.pi / 2)) @ [1, 0, 0], [0, 1, 0], atol=1e-12
+    )
 
 
 def test_top_down_ignores_the_object_yaw():
@@ -63,7 +69,9 @@ def test_object_yaw_turns_axes_and_gripper():
     from factory.script import rpy_to_mat, waypoint_target
 
     obj = pose([0.1, 0.2, 0.8], rpy_to_mat((0, 0, 0.7)))
-    target = waypoint_target(point(relative_to="box", pos=(0.1, 0, 0), orientation="object_yaw"), obj, np.eye(4))
+    target = waypoint_target(
+        point(relative_to="box", pos=(0.1, 0, 0), orientation="object_yaw"), obj, np.eye(4)
+    )
     expected = pose([0.1 + 0.1 * C, 0.2 + 0.1 * S, 0.8], [[-S, C, 0], [C, S, 0], [0, 0, -1]])
     np.testing.assert_allclose(target, expected, atol=1e-12)
 
@@ -74,7 +82,9 @@ def test_half_turn_nearer_home_is_chosen():
     # yaw 2.5 and 2.5 - pi close a parallel gripper the same way: the smaller wrist turn wins
     obj = pose([0, 0, 0], rpy_to_mat((0, 0, 2.5)))
     target = waypoint_target(point(relative_to="box", orientation="object_yaw"), obj, np.eye(4))
-    np.testing.assert_allclose(target[:3, :3], rpy_to_mat((0, 0, 2.5 - np.pi)) @ TOP_DOWN, atol=1e-12)
+    np.testing.assert_allclose(
+        target[:3, :3], rpy_to_mat((0, 0, 2.5 - np.pi)) @ TOP_DOWN, atol=1e-12
+    )
 
 
 def test_object_frame_with_a_turn_about_its_origin():
@@ -83,7 +93,9 @@ def test_object_frame_with_a_turn_about_its_origin():
     # a quarter turn about the object's y: the point 10 cm along x goes 10 cm down
     wp = point(relative_to="handle", pos=(0.1, 0, 0), orientation="object", turn=(0, np.pi / 2, 0))
     target = waypoint_target(wp, pose([1.0, 2.0, 3.0], np.eye(3)), np.eye(4))
-    np.testing.assert_allclose(target, pose([1.0, 2.0, 2.9], [[0, 0, -1], [1, 0, 0], [0, -1, 0]]), atol=1e-12)
+    np.testing.assert_allclose(
+        target, pose([1.0, 2.0, 2.9], [[0, 0, -1], [1, 0, 0], [0, -1, 0]]), atol=1e-12
+    )
 
 
 def test_without_an_object_the_previous_target_moves_by_a_world_offset():
@@ -98,20 +110,41 @@ def test_demo_seeds_are_stable_and_distinct():
     from factory.script import demo_seed
 
     assert demo_seed(0, 1, 0) == demo_seed(0, 1, 0)
-    assert len({demo_seed(0, 0, 0), demo_seed(0, 1, 0), demo_seed(0, 0, 1), demo_seed(1, 0, 0)}) == 4
+    assert (
+        len({demo_seed(0, 0, 0), demo_seed(0, 1, 0), demo_seed(0, 0, 1), demo_seed(1, 0, 0)}) == 4
+    )
 
 
 # --- the schema ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("waypoint", "field", "fragment"), [
-    ({"relative_to": "mug", "gripper": "open", "steps": 5}, "script.waypoints[1].relative_to", "expected one of: cube"),
-    ({"relative_to": "cube", "pos": [0, 0], "gripper": "open", "steps": 5}, "script.waypoints[1].pos", "three numbers"),
-    ({"gripper": "grab", "steps": 5}, "script.waypoints[1].gripper", "'open' or 'close'"),
-    ({"gripper": "open", "steps": -1}, "script.waypoints[1].steps", "greater than or equal to 1"),
-    ({"rot": [0, 0, 1], "gripper": "open", "steps": 5}, "script.waypoints[1]", "need relative_to"),
-    ({"gripper": "open", "steps": 5000}, "script.waypoints", "task.horizon"),
-])
+@pytest.mark.parametrize(
+    ("waypoint", "field", "fragment"),
+    [
+        (
+            {"relative_to": "mug", "gripper": "open", "steps": 5},
+            "script.waypoints[1].relative_to",
+            "expected one of: cube",
+        ),
+        (
+            {"relative_to": "cube", "pos": [0, 0], "gripper": "open", "steps": 5},
+            "script.waypoints[1].pos",
+            "three numbers",
+        ),
+        ({"gripper": "grab", "steps": 5}, "script.waypoints[1].gripper", "'open' or 'close'"),
+        (
+            {"gripper": "open", "steps": -1},
+            "script.waypoints[1].steps",
+            "greater than or equal to 1",
+        ),
+        (
+            {"rot": [0, 0, 1], "gripper": "open", "steps": 5},
+            "script.waypoints[1]",
+            "need relative_to",
+        ),
+        ({"gripper": "open", "steps": 5000}, "script.waypoints", "task.horizon"),
+    ],
+)
 def test_bad_waypoints_name_their_field(tmp_path, waypoint, field, fragment):
     script = {**LIFT_SCRIPT, "waypoints": [LIFT_SCRIPT["waypoints"][0], waypoint]}
     path = write_spec(tmp_path / "spec.yaml", script=script)
@@ -132,11 +165,18 @@ def test_scripted_lift_demo_reads_back_and_succeeds(tmp_path):
     demos = record_demos(scene, 1)
     out = tmp_path / "lift_scripted.hdf5"
     save_demos(out, spec, model_xml(scene), demos)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["lift_scripted.hdf5", "spec.yaml"]  # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "lift_scripted.hdf5",
+        "spec.yaml",
+    ]  # no temporary left
 
     (demo,) = load_seed_demos(out)
     steps = sum(w["steps"] for w in LIFT_SCRIPT["waypoints"])
-    assert demo.env_name == "Lift" and demo.states.shape == (steps, scene.state_size) and demo.actions.shape == (steps, 7)
+    assert (
+        demo.env_name == "Lift"
+        and demo.states.shape == (steps, scene.state_size)
+        and demo.actions.shape == (steps, 7)
+    )
     assert demo.states.dtype == np.float64 and np.abs(demo.actions).max() <= 1.0
     with h5py.File(out) as f:
         assert json.loads(f["data"].attrs["env_info"])["env_name"] == "Lift"
@@ -154,7 +194,12 @@ SCRIPTED_SPECS = sorted(p for p in SPECS.glob("*.yaml") if load_spec(p).script i
 
 def test_the_scripted_specs_are_found():
     assert {p.stem for p in SCRIPTED_SPECS} >= {
-        "pick_place_can", "pick_place", "pick_place_milk", "pick_place_bread", "pick_place_cereal", "door",
+        "pick_place_can",
+        "pick_place",
+        "pick_place_milk",
+        "pick_place_bread",
+        "pick_place_cereal",
+        "door",
     }
 
 
@@ -184,8 +229,13 @@ def test_shipped_scripted_seeds_end_in_success(path):
 
 
 def factory(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "factory.cli", *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "factory.cli", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def assert_one_line(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -195,12 +245,24 @@ def assert_one_line(result: subprocess.CompletedProcess, *fragments: str) -> Non
     assert line.startswith("error: ") and all(f in line for f in fragments), line
 
 
-@pytest.mark.parametrize(("waypoint", "fragments"), [
-    ({"relative_to": "mug", "gripper": "open", "steps": 5}, ("script.waypoints[1].relative_to", "'mug'", "cube")),
-    ({"relative_to": "cube", "pos": [0, 0, 0, 1], "gripper": "open", "steps": 5}, ("script.waypoints[1].pos", "three numbers")),
-    ({"gripper": "shut", "steps": 5}, ("script.waypoints[1].gripper", "'open' or 'close'", "'shut'")),
-    ({"gripper": "open", "steps": -3}, ("script.waypoints[1].steps", "-3")),
-])
+@pytest.mark.parametrize(
+    ("waypoint", "fragments"),
+    [
+        (
+            {"relative_to": "mug", "gripper": "open", "steps": 5},
+            ("script.waypoints[1].relative_to", "'mug'", "cube"),
+        ),
+        (
+            {"relative_to": "cube", "pos": [0, 0, 0, 1], "gripper": "open", "steps": 5},
+            ("script.waypoints[1].pos", "three numbers"),
+        ),
+        (
+            {"gripper": "shut", "steps": 5},
+            ("script.waypoints[1].gripper", "'open' or 'close'", "'shut'"),
+        ),
+        ({"gripper": "open", "steps": -3}, ("script.waypoints[1].steps", "-3")),
+    ],
+)
 def test_cli_bad_waypoint(tmp_path, waypoint, fragments):
     script = {**LIFT_SCRIPT, "waypoints": [LIFT_SCRIPT["waypoints"][0], waypoint]}
     spec = write_spec(tmp_path / "spec.yaml", script=script)
@@ -210,7 +272,12 @@ def test_cli_bad_waypoint(tmp_path, waypoint, fragments):
 
 def test_cli_spec_without_script(tmp_path):
     spec = write_spec(tmp_path / "spec.yaml")
-    assert_one_line(factory("script", spec, "--out", tmp_path / "d.hdf5"), str(spec), "script", "no script: section")
+    assert_one_line(
+        factory("script", spec, "--out", tmp_path / "d.hdf5"),
+        str(spec),
+        "script",
+        "no script: section",
+    )
 
 
 def test_cli_refuses_an_existing_or_unwritable_output(tmp_path):
@@ -224,9 +291,17 @@ def test_cli_refuses_an_existing_or_unwritable_output(tmp_path):
 
 
 def test_cli_script_that_never_succeeds(tmp_path):
-    script = {"demos": 1, "tries": 2, "waypoints": [{"pos": [0, 0, 0], "gripper": "open", "steps": 3}]}
+    script = {
+        "demos": 1,
+        "tries": 2,
+        "waypoints": [{"pos": [0, 0, 0], "gripper": "open", "steps": 3}],
+    }
     spec = write_spec(tmp_path / "spec.yaml", script=script)
     out = tmp_path / "d.hdf5"
     result = factory("script", spec, "--out", out, "--quiet")
-    assert_one_line(result, str(spec), "script.waypoints", "demo 0", "after 2 tries", "task not done at the end")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # nothing written, not even a temporary
+    assert_one_line(
+        result, str(spec), "script.waypoints", "demo 0", "after 2 tries", "task not done at the end"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "spec.yaml"
+    ]  # nothing written, not even a temporary

@@ -150,7 +150,11 @@ def test_equal_content_gives_equal_bytes(tmp_path: Path) -> None:
         paths.append(out / info.name)
     assert paths[0].read_bytes() == paths[1].read_bytes()
     assert infos[0] == infos[1]
-    assert infos[0].sha256 == hashlib.sha256(paths[0].read_bytes()).hexdigest() == sha256_file(paths[1])
+    assert (
+        infos[0].sha256
+        == hashlib.sha256(paths[0].read_bytes()).hexdigest()
+        == sha256_file(paths[1])
+    )
 
 
 def _leftovers(directory: Path) -> list[str]:
@@ -167,7 +171,9 @@ def test_failed_rename_leaves_nothing(dataset_dir: Path, monkeypatch: pytest.Mon
     assert _leftovers(shards_dir(dataset_dir)) == []
 
 
-def test_failure_mid_shard_keeps_previous_file(dataset_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_mid_shard_keeps_previous_file(
+    dataset_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = shards_dir(dataset_dir)
     first = write_shard([make_episode(0, 0, 2, seed=0)], out, 0)
     before = (out / first.name).read_bytes()
@@ -192,8 +198,13 @@ def test_non_bytes_frame_is_rejected_before_writing() -> None:
     episode = make_episode(0, 0, 2, seed=0)
     with pytest.raises(TypeError, match=r"images\['wrist'\]\[1\]"):
         Episode(
-            index=0, shard=0, instruction="x", seed=0,
-            actions=episode.actions, states=episode.states, sim_states=episode.sim_states,
+            index=0,
+            shard=0,
+            instruction="x",
+            seed=0,
+            actions=episode.actions,
+            states=episode.states,
+            sim_states=episode.sim_states,
             images={"wrist": [episode.images["wrist"][0], np.zeros((HEIGHT, WIDTH, 3))]},
             provenance={},
         )
@@ -209,8 +220,15 @@ def test_write_shard_rejects_episode_of_another_shard(dataset_dir: Path) -> None
 def test_episode_rejects_mismatched_lengths(field: str) -> None:
     good = make_episode(3, 0, 4, seed=3)
     kwargs = dict(
-        index=3, shard=0, instruction="x", seed=3, actions=good.actions, states=good.states,
-        sim_states=good.sim_states, images=good.images, provenance={},
+        index=3,
+        shard=0,
+        instruction="x",
+        seed=3,
+        actions=good.actions,
+        states=good.states,
+        sim_states=good.sim_states,
+        images=good.images,
+        provenance={},
     )
     if field == "images":
         kwargs["images"] = {**good.images, "wrist": good.images["wrist"][:3]}
@@ -222,11 +240,26 @@ def test_episode_rejects_mismatched_lengths(field: str) -> None:
 
 def test_episode_rejects_empty_and_bad_values() -> None:
     good = make_episode(0, 0, 2, seed=0, cameras=())
-    kwargs = dict(index=0, shard=0, instruction="x", seed=0, actions=good.actions,
-                  states=good.states, sim_states=good.sim_states, images={}, provenance={})
+    kwargs = dict(
+        index=0,
+        shard=0,
+        instruction="x",
+        seed=0,
+        actions=good.actions,
+        states=good.states,
+        sim_states=good.sim_states,
+        images={},
+        provenance={},
+    )
     with pytest.raises(ValueError, match="T >= 1"):
-        Episode(**{**kwargs, "actions": good.actions[:0], "states": good.states[:0],
-                   "sim_states": good.sim_states[:0]})
+        Episode(
+            **{
+                **kwargs,
+                "actions": good.actions[:0],
+                "states": good.states[:0],
+                "sim_states": good.sim_states[:0],
+            }
+        )
     with pytest.raises(ValueError, match="camera name"):
         Episode(**{**kwargs, "images": {"action": [b"x", b"y"]}})
     with pytest.raises(TypeError, match="JSON"):
@@ -278,8 +311,10 @@ def test_malformed_manifest_names_the_file(dataset_dir: Path) -> None:
 
 def test_compute_stats_matches_numpy_over_two_shards(dataset_dir: Path) -> None:
     out = shards_dir(dataset_dir)
-    by_shard = {0: [make_episode(0, 0, 5, seed=0), make_episode(1, 0, 3, seed=1)],
-                1: [make_episode(2, 1, 6, seed=2)]}
+    by_shard = {
+        0: [make_episode(0, 0, 5, seed=0), make_episode(1, 0, 3, seed=1)],
+        1: [make_episode(2, 1, 6, seed=2)],
+    }
     names = [write_shard(eps, out, index).name for index, eps in by_shard.items()]
     episodes = [ep for eps in by_shard.values() for ep in eps]
 
@@ -323,14 +358,21 @@ def test_dataset_info_and_episodes_round_trip(dataset_dir: Path) -> None:
     with pytest.raises(DatasetError, match="dataset_info.json"):
         load_dataset_info(dataset_dir)
 
-    episodes = [make_episode(9, 1, 2, seed=9, cameras=()), make_episode(4, 0, 3, seed=4, cameras=())]
+    episodes = [
+        make_episode(9, 1, 2, seed=9, cameras=()),
+        make_episode(4, 0, 3, seed=4, cameras=()),
+    ]
     save_episodes(dataset_dir, [EpisodeRecord.from_episode(ep) for ep in episodes])
     lines = (dataset_dir / "episodes.jsonl").read_text().splitlines()
     assert [json.loads(line)["index"] for line in lines] == [4, 9]
     records = load_episodes(dataset_dir)
     assert records[0] == EpisodeRecord(
-        index=4, shard="shard-000000.tar", length=3, instruction=episodes[1].instruction,
-        seed=4, provenance={"source_demo": "demo_1", "placement": [0.1, -0.2]},
+        index=4,
+        shard="shard-000000.tar",
+        length=3,
+        instruction=episodes[1].instruction,
+        seed=4,
+        provenance={"source_demo": "demo_1", "placement": [0.1, -0.2]},
     )
     assert records[1].shard == "shard-000001.tar"
 

@@ -85,18 +85,42 @@ def _set(path: str, value):
         (_set("render.shadows", "sometimes"), "render.shadows", "valid boolean"),
         # out of range
         (_set("generation.attempts", 0), "generation.attempts", "greater than or equal to 1"),
-        (_set("generation.action_noise", 2.0), "generation.action_noise", "less than or equal to 1"),
+        (
+            _set("generation.action_noise", 2.0),
+            "generation.action_noise",
+            "less than or equal to 1",
+        ),
         (_set("seed", -1), "seed", "greater than or equal to 0"),
         (_set("cameras.0.width", 4), "cameras[0].width", "greater than or equal to 8"),
         (_set("name", "my dataset"), "name", "pattern"),
         # cross references between sections
         (_set("subtasks.1.object", "sphere"), "subtasks[1].object", "unknown object 'sphere'"),
-        (_set("subtasks.0.ends_when", "held(cubeA)"), "subtasks[0].ends_when", "unknown predicate 'held'"),
-        (_set("subtasks.0.ends_when", "grasped(cubeA, cubeB)"), "subtasks[0].ends_when", "grasped(object1)"),
-        (_set("subtasks.0.ends_when", "grasped(sphere)"), "subtasks[0].ends_when", "unknown object 'sphere'"),
+        (
+            _set("subtasks.0.ends_when", "held(cubeA)"),
+            "subtasks[0].ends_when",
+            "unknown predicate 'held'",
+        ),
+        (
+            _set("subtasks.0.ends_when", "grasped(cubeA, cubeB)"),
+            "subtasks[0].ends_when",
+            "grasped(object1)",
+        ),
+        (
+            _set("subtasks.0.ends_when", "grasped(sphere)"),
+            "subtasks[0].ends_when",
+            "unknown object 'sphere'",
+        ),
         (_set("subtasks.0.end_offset", [3, 1]), "subtasks[0].end_offset", "0 <= lo <= hi"),
-        (_set("placement.objects.sphere", {"x": [0, 0]}), "placement.objects.sphere", "unknown object"),
-        (_set("placement.objects.cubeA", {"x": [0.1, -0.1]}), "placement.objects.cubeA", "lo <= hi"),
+        (
+            _set("placement.objects.sphere", {"x": [0, 0]}),
+            "placement.objects.sphere",
+            "unknown object",
+        ),
+        (
+            _set("placement.objects.cubeA", {"x": [0.1, -0.1]}),
+            "placement.objects.cubeA",
+            "lo <= hi",
+        ),
         (_set("cameras.1", {"name": "agentview"}), "cameras", "unique"),
         (_set("task.controller", "JOINT_VELOCITY"), "task.controller", "OSC_POSE"),
         (_set("seed_demos", "demos/x.hdf5"), "seed_demos", "valid list"),
@@ -163,7 +187,11 @@ def test_unknown_key_lists_valid_keys(tmp_path, section, key, field):
     err = _error(tmp_path, raw)
     assert err.field == field
     assert "unknown key" in err.message
-    model = {"generation": "attempts, target_successes, attempts_per_shard", "task": "env, robot", None: "name, seed, task"}
+    model = {
+        "generation": "attempts, target_successes, attempts_per_shard",
+        "task": "env, robot",
+        None: "name, seed, task",
+    }
     assert model[section] in err.message
 
 
@@ -282,7 +310,10 @@ def test_fingerprint_changes_with_what_shapes_the_data(tmp_path, change):
     raw = _raw()
     changed = copy.deepcopy(raw)
     change(changed)
-    assert _spec(tmp_path, raw, "a.yaml").fingerprint() != _spec(tmp_path, changed, "b.yaml").fingerprint()
+    assert (
+        _spec(tmp_path, raw, "a.yaml").fingerprint()
+        != _spec(tmp_path, changed, "b.yaml").fingerprint()
+    )
 
 
 def test_fingerprint_ignores_attempts_and_output_dir(tmp_path):

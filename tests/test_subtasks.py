@@ -20,7 +20,9 @@ from tests.conftest import SPECS
 
 
 def _demo(length: int) -> SeedDemo:
-    return SeedDemo("demo_1", Path("x.hdf5"), "PickPlace", np.zeros((length, 3)), np.zeros((length, 7)))
+    return SeedDemo(
+        "demo_1", Path("x.hdf5"), "PickPlace", np.zeros((length, 3)), np.zeros((length, 7))
+    )
 
 
 def _holds(length: int, spans: dict[int, list[tuple[int, int]]], count: int) -> np.ndarray:
@@ -55,11 +57,15 @@ def test_a_predicate_already_true_at_the_segment_start_does_not_end_it():
 def test_a_drop_and_second_grasp_ends_the_grasp_at_the_second_grasp():
     # grasped at 10-20, dropped, grasped again at 40-70; the cube is on the other at 75 (success)
     holds = _holds(100, {0: [(10, 20), (40, 70)], 1: [(75, None)]}, 2)
-    order, ends, reasons = segment_demo(_demo(100), holds, ["grasped(cubeA)", "success"], finishing=1)
+    order, ends, reasons = segment_demo(
+        _demo(100), holds, ["grasped(cubeA)", "success"], finishing=1
+    )
     assert order == (0, 1)
     assert ends[0] == 41, "the carry must start with the cube in hand, after the second grasp"
     assert "the last of 2 times" in reasons[0]
-    assert ends[1] == 75 + FINISH_TAIL  # the task is done at 75: a short tail, not the rest of the demo
+    assert (
+        ends[1] == 75 + FINISH_TAIL
+    )  # the task is done at 75: a short tail, not the rest of the demo
 
 
 def test_a_flicker_shorter_than_min_run_is_not_a_grasp():
@@ -69,7 +75,9 @@ def test_a_flicker_shorter_than_min_run_is_not_a_grasp():
 
 
 def test_the_finishing_subtask_is_last_whatever_the_spec_order():
-    holds = _holds(50, {0: [(40, None)], 1: [(10, 30)]}, 2)  # subtask 0 ends at success, listed first
+    holds = _holds(
+        50, {0: [(40, None)], 1: [(10, 30)]}, 2
+    )  # subtask 0 ends at success, listed first
     order, ends, _ = segment_demo(_demo(50), holds, ["success", "grasped(a)"], finishing=0)
     assert order == (1, 0) and ends == (50, 11)
 
@@ -93,7 +101,10 @@ def test_steps_spent_on_another_object_are_skipped():
     xpos[41:, 1, 0] = 0.3
     starts = segment_starts((0, 1), (60, 100), [{1}, {1, 3}], [1, 2], xpos)
     assert starts == (40, 60)
-    assert segment_starts((0, 1), (60, 100), [{1, 2}, {1}], [1, 2], xpos) == (0, 60)  # the body concerns it
+    assert segment_starts((0, 1), (60, 100), [{1, 2}, {1}], [1, 2], xpos) == (
+        0,
+        60,
+    )  # the body concerns it
 
 
 def test_pose_distance_adds_metres_and_radians():
@@ -105,16 +116,24 @@ def test_pose_distance_adds_metres_and_radians():
 
 @pytest.fixture(scope="module")
 def noisy_lift():
-    overrides = {"generation.action_noise": 0.2, "generation.subtask_retries": 3, "task.horizon": 700}
+    overrides = {
+        "generation.action_noise": 0.2,
+        "generation.subtask_retries": 3,
+        "task.horizon": 700,
+    }
     return resolve_spec(load_spec(SPECS / "lift.yaml", overrides))
 
 
 def test_retries_restore_the_subtask_start_and_keep_one_continuous_branch(noisy_lift):
     found = None
     for i in range(8):
-        attempt = generate_attempt(noisy_lift.scene, noisy_lift.demos, AttemptPlan(i, 0, attempt_seed(0, 0, i)))
+        attempt = generate_attempt(
+            noisy_lift.scene, noisy_lift.demos, AttemptPlan(i, 0, attempt_seed(0, 0, i))
+        )
         # Sim time advances by one control period per stored step: no step of a failed try remains.
-        np.testing.assert_allclose(attempt.states[:, 0], np.arange(attempt.length) * 0.05, atol=1e-9)
+        np.testing.assert_allclose(
+            attempt.states[:, 0], np.arange(attempt.length) * 0.05, atol=1e-9
+        )
         if attempt.success and sum(attempt.retries) > 0:
             found = attempt
             break
@@ -128,7 +147,9 @@ def test_the_horizon_filters_sources_that_cannot_fit(noisy_lift):
     # (Its lift segment, 23 steps after the last grasp, may serve a retry of the lift.)
     assert noisy_lift.demos[1].segment(0)[1] > 700
     for i in range(4):
-        attempt = generate_attempt(noisy_lift.scene, noisy_lift.demos, AttemptPlan(i, 0, attempt_seed(0, 0, i)))
+        attempt = generate_attempt(
+            noisy_lift.scene, noisy_lift.demos, AttemptPlan(i, 0, attempt_seed(0, 0, i))
+        )
         assert "demo_2" not in attempt.provenance["sources"][0]
         assert not attempt.reason.startswith("horizon")
 
@@ -137,19 +158,31 @@ def test_an_impossible_subtask_fails_after_the_retry_bound():
     spec = load_spec(SPECS / "lift.yaml", {"generation.subtask_retries": 1, "task.horizon": 700})
     resolved = resolve_spec(spec)
     # Judge subtask 0 by a predicate it cannot meet (the cube 0.5 m up while being grasped).
-    impossible = spec.model_copy(update={"subtasks": [
-        spec.subtasks[0].model_copy(update={"ends_when": "lifted(cube, 0.5)"}), spec.subtasks[1]]})
+    impossible = spec.model_copy(
+        update={
+            "subtasks": [
+                spec.subtasks[0].model_copy(update={"ends_when": "lifted(cube, 0.5)"}),
+                spec.subtasks[1],
+            ]
+        }
+    )
     resolved.scene.spec = impossible
-    attempt = generate_attempt(resolved.scene, resolved.demos, AttemptPlan(0, 0, attempt_seed(0, 0, 0)))
+    attempt = generate_attempt(
+        resolved.scene, resolved.demos, AttemptPlan(0, 0, attempt_seed(0, 0, 0))
+    )
     assert not attempt.success
-    assert attempt.reason.startswith("subtask 0 failed: lifted(cube, 0.5) did not hold after 2 tries")
+    assert attempt.reason.startswith(
+        "subtask 0 failed: lifted(cube, 0.5) did not hold after 2 tries"
+    )
     assert attempt.retries == (1, 0) and attempt.failed_subtask == 0 and attempt.reached == (0,)
 
 
 def _result(index: int, successes: int) -> ShardResult:
     task = ShardTask(index, (index * 2, index * 2 + 1))
     info = ShardInfo(task.name, samples=0, episodes=successes, bytes=0, sha256="0" * 64)
-    return ShardResult(task, info, attempts=2, successes=successes, failures={}, episodes=(), wall_s=0.0)
+    return ShardResult(
+        task, info, attempts=2, successes=successes, failures={}, episodes=(), wall_s=0.0
+    )
 
 
 def test_generate_until_n_keeps_the_shortest_prefix_of_shards(tmp_path):
@@ -192,4 +225,6 @@ def test_annotate_plot_writes_a_timeline_png_per_demo(tmp_path, capsys):
     with Image.open(png) as image:
         pixels = np.asarray(image.convert("RGB"))
     assert image.width > 900 and image.height > 100
-    assert (pixels != 255).any(axis=2).mean() > 0.05  # lanes and segments were drawn, not a blank page
+    assert (pixels != 255).any(
+        axis=2
+    ).mean() > 0.05  # lanes and segments were drawn, not a blank page

@@ -17,13 +17,20 @@ from tests.conftest import SPECS
 CASES = {
     "nut_assembly": (
         "all(on_peg(square_nut, square_peg), on_peg(round_nut, round_peg))",
-        [("square_nut", (0.06, 0.0, 0.0)), ("round_nut", (0.0, 0.0, 0.25)), ("round_nut", (-0.3, 0.0, 0.0))],
+        [
+            ("square_nut", (0.06, 0.0, 0.0)),
+            ("round_nut", (0.0, 0.0, 0.25)),
+            ("round_nut", (-0.3, 0.0, 0.0)),
+        ],
     ),
     "pick_place_can": (
         "all(inside(can, bin), not(grasped(can)))",
         [("can", (0.0, 0.0, 0.25)), ("can", (0.0, -0.5, 0.0)), ("can", (0.3, 0.0, 0.0))],
     ),
-    "door": ("opened(door, 0.3)", [("joint", "door", 0.1), ("joint", "door", 0.0), ("joint", "door", 0.28)]),
+    "door": (
+        "opened(door, 0.3)",
+        [("joint", "door", 0.1), ("joint", "door", 0.0), ("joint", "door", 0.28)],
+    ),
 }
 
 
@@ -63,9 +70,13 @@ def test_perturbations_that_undo_the_task_undo_both(final_state, which):
 
 
 def test_a_spec_success_composition_replaces_robosuites_check():
-    spec = load_spec(SPECS / "nut_assembly.yaml", {
-        "cameras": [], "task.success": "all(on_peg(square_nut, square_peg), on_peg(round_nut, round_peg))",
-    })
+    spec = load_spec(
+        SPECS / "nut_assembly.yaml",
+        {
+            "cameras": [],
+            "task.success": "all(on_peg(square_nut, square_peg), on_peg(round_nut, round_peg))",
+        },
+    )
     scene = Scene(spec)
     demo = load_seed_demos(spec.resolve_path(spec.seed_demos[0]))[0]
     scene.reset()
@@ -76,7 +87,9 @@ def test_a_spec_success_composition_replaces_robosuites_check():
         agree += scene.success() == bool(scene.env._check_success())
     scene.set_state(demo.states[-1])
     assert scene.success() and scene.env._check_success()
-    assert agree >= 0.9 * len(range(0, demo.length, 25))  # robosuite also wants the hand away from the nut
+    assert agree >= 0.9 * len(
+        range(0, demo.length, 25)
+    )  # robosuite also wants the hand away from the nut
 
 
 def test_inside_is_the_cavity_not_the_bounding_box():

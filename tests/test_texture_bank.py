@@ -24,7 +24,11 @@ SIZE = 64  # pixels: 8x8 latents
 
 def _byte_chars() -> list[str]:
     """The 256 printable stand-ins for bytes used by byte-level BPE (as in GPT-2 and CLIP)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars, extra = {b: chr(b) for b in keep}, 0
     for b in range(256):
         if b not in chars:
@@ -63,52 +67,93 @@ def make_random_pipeline(folder: Path, arch: str = "tiny") -> Path:
     tok_dir.mkdir(parents=True)
     (tok_dir / "vocab.json").write_text(json.dumps(vocab))
     (tok_dir / "merges.txt").write_text("#version: 0.2\n")  # no merges: one token per byte
-    tokenizer = CLIPTokenizer(str(tok_dir / "vocab.json"), str(tok_dir / "merges.txt"), model_max_length=77)
+    tokenizer = CLIPTokenizer(
+        str(tok_dir / "vocab.json"), str(tok_dir / "merges.txt"), model_max_length=77
+    )
 
     torch.manual_seed(0)
     ids = dict(bos_token_id=bos, eos_token_id=eos, pad_token_id=eos, max_position_embeddings=77)
     if arch == "tiny":
         text_config = CLIPTextConfig(
-            vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_attention_heads=2,
-            num_hidden_layers=2, projection_dim=16, **ids,
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_attention_heads=2,
+            num_hidden_layers=2,
+            projection_dim=16,
+            **ids,
         )
         unet_config = dict(
-            sample_size=SIZE // 8, block_out_channels=(8, 16), layers_per_block=1,
+            sample_size=SIZE // 8,
+            block_out_channels=(8, 16),
+            layers_per_block=1,
             down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
             up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-            cross_attention_dim=16, attention_head_dim=2, norm_num_groups=4,
+            cross_attention_dim=16,
+            attention_head_dim=2,
+            norm_num_groups=4,
         )
         vae_config = dict(block_out_channels=(8,) * 4, norm_num_groups=4, sample_size=SIZE)
         build_device, dtype = "cpu", torch.float32
     else:
         text_config = CLIPTextConfig(
-            vocab_size=49408, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
-            num_hidden_layers=12, projection_dim=768, hidden_act="quick_gelu", **ids,
+            vocab_size=49408,
+            hidden_size=768,
+            intermediate_size=3072,
+            num_attention_heads=12,
+            num_hidden_layers=12,
+            projection_dim=768,
+            hidden_act="quick_gelu",
+            **ids,
         )
         unet_config = dict(
-            sample_size=64, block_out_channels=(320, 640, 1280, 1280), layers_per_block=2,
+            sample_size=64,
+            block_out_channels=(320, 640, 1280, 1280),
+            layers_per_block=2,
             down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
             up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3,
-            cross_attention_dim=768, attention_head_dim=8, norm_num_groups=32,
+            cross_attention_dim=768,
+            attention_head_dim=8,
+            norm_num_groups=32,
         )
-        vae_config = dict(block_out_channels=(128, 256, 512, 512), layers_per_block=2, norm_num_groups=32,
-                          sample_size=512)
-        build_device = "cuda" if torch.cuda.is_available() else "cpu"  # random init is much faster there
+        vae_config = dict(
+            block_out_channels=(128, 256, 512, 512),
+            layers_per_block=2,
+            norm_num_groups=32,
+            sample_size=512,
+        )
+        build_device = (
+            "cuda" if torch.cuda.is_available() else "cpu"
+        )  # random init is much faster there
         dtype = torch.float16
     with torch.device(build_device):
         unet = UNet2DConditionModel(in_channels=4, out_channels=4, **unet_config)
         vae = AutoencoderKL(
-            in_channels=3, out_channels=3, latent_channels=4, down_block_types=("DownEncoderBlock2D",) * 4,
-            up_block_types=("UpDecoderBlock2D",) * 4, **vae_config,
+            in_channels=3,
+            out_channels=3,
+            latent_channels=4,
+            down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4,
+            **vae_config,
         )
         text_encoder = CLIPTextModel(text_config)
     scheduler = DDIMScheduler(
-        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False,
-        set_alpha_to_one=False, steps_offset=1,
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
     )
     pipe = StableDiffusionPipeline(
-        vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=scheduler,
-        safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        unet=unet,
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
     )
     pipe.to(dtype=dtype).save_pretrained(folder)
     return folder
@@ -138,8 +183,13 @@ def _own_cache(tmp_path, monkeypatch):
 
 def _bank(model: Path | str, **changes) -> TextureBankSpec:
     fields = dict(
-        model=str(model), prompts=["a wooden table top", "grey concrete floor"], per_prompt=2,
-        steps=2, size=SIZE, seed=7, device="cpu",
+        model=str(model),
+        prompts=["a wooden table top", "grey concrete floor"],
+        per_prompt=2,
+        steps=2,
+        size=SIZE,
+        seed=7,
+        device="cpu",
     )
     return TextureBankSpec(**{**fields, **changes})
 
@@ -154,15 +204,22 @@ def test_fill_bank_then_load(tiny_model, tmp_path, monkeypatch, capsys):
     paths = tb.ensure_texture_bank(bank, tmp_path / "ds", progress=True)
     assert "textures" in capsys.readouterr().err  # the tqdm bar
     assert [p.parent for p in paths] == [tmp_path / "ds" / "textures"] * 4
-    assert sorted(p.name for p in (tmp_path / "ds" / "textures").glob("*.png")) == sorted(p.name for p in paths)
+    assert sorted(p.name for p in (tmp_path / "ds" / "textures").glob("*.png")) == sorted(
+        p.name for p in paths
+    )
 
     index = json.loads((tmp_path / "ds" / "textures" / "bank.json").read_text())
     assert index["model"] == str(tiny_model) and index["bank_key"] == tb.bank_key(bank)
     assert index["tileable"] is True and index["size"] == SIZE
     assert [(e["prompt"], e["index"]) for e in index["images"]] == [
-        ("a wooden table top", 0), ("a wooden table top", 1), ("grey concrete floor", 0), ("grey concrete floor", 1)
+        ("a wooden table top", 0),
+        ("a wooden table top", 1),
+        ("grey concrete floor", 0),
+        ("grey concrete floor", 1),
     ]
-    assert [e["seed"] for e in index["images"]] == [tb.image_seed(7, i, j) for i in range(2) for j in range(2)]
+    assert [e["seed"] for e in index["images"]] == [
+        tb.image_seed(7, i, j) for i in range(2) for j in range(2)
+    ]
     assert all(e["made_on"] == "cpu/float32" for e in index["images"])
 
     images = tb.load_texture_bank(tmp_path / "ds")
@@ -181,7 +238,9 @@ def test_same_spec_same_bytes_other_seed_other_images(tiny_model, tmp_path, monk
     assert _bytes(first) == _bytes(again)
 
     other = tb.ensure_texture_bank(_bank(tiny_model, seed=8), tmp_path / "c", progress=False)
-    for a, b in zip(tb.load_texture_bank(tmp_path / "a"), tb.load_texture_bank(tmp_path / "c"), strict=True):
+    for a, b in zip(
+        tb.load_texture_bank(tmp_path / "a"), tb.load_texture_bank(tmp_path / "c"), strict=True
+    ):
         assert np.abs(a.astype(int) - b.astype(int)).mean() > 1.0
     assert {p.name for p in first}.isdisjoint(p.name for p in other)
 
@@ -193,7 +252,9 @@ def test_cache_hit_does_not_load_the_model(tiny_model, tmp_path):
     expected = _bytes(made)
     shutil.rmtree(model)  # from here on, loading the pipeline can only fail
 
-    assert _bytes(tb.ensure_texture_bank(bank, tmp_path / "a", progress=False)) == expected  # the dataset's own
+    assert (
+        _bytes(tb.ensure_texture_bank(bank, tmp_path / "a", progress=False)) == expected
+    )  # the dataset's own
     index = json.loads((tmp_path / "a" / "textures" / "bank.json").read_text())
     assert {e["made_on"] for e in index["images"]} == {"cpu/float32"}  # provenance kept on reuse
     tb.check_texture_model(bank, tmp_path / "a")
@@ -208,7 +269,9 @@ def test_cache_hit_does_not_load_the_model(tiny_model, tmp_path):
 
 def test_changed_bank_replaces_the_old_images(tiny_model, tmp_path):
     tb.ensure_texture_bank(_bank(tiny_model), tmp_path / "ds", progress=False)
-    paths = tb.ensure_texture_bank(_bank(tiny_model, prompts=["red brick wall"], per_prompt=1), tmp_path / "ds")
+    paths = tb.ensure_texture_bank(
+        _bank(tiny_model, prompts=["red brick wall"], per_prompt=1), tmp_path / "ds"
+    )
     assert sorted((tmp_path / "ds" / "textures").glob("*.png")) == paths
     assert len(tb.load_texture_bank(tmp_path / "ds")) == 1
 
@@ -258,7 +321,9 @@ def test_folder_that_is_not_a_pipeline_is_a_user_error(tmp_path):
 def test_relative_model_folder_resolves_against_the_spec(tiny_model, tmp_path):
     spec_path = tiny_model.parent / "scene.yaml"
     assert tb.local_model_dir("tiny-sd", spec_path) == tiny_model
-    assert tb.local_model_dir("./gone", spec_path) == tiny_model.parent / "gone"  # a path, even missing
+    assert (
+        tb.local_model_dir("./gone", spec_path) == tiny_model.parent / "gone"
+    )  # a path, even missing
     assert tb.local_model_dir("org/model-id", spec_path) is None  # a hub id
     tb.check_texture_model(_bank("tiny-sd"), tmp_path / "ds", spec_path=spec_path)
 
@@ -273,11 +338,20 @@ def test_textures_tile(tiny_model):
     shift = 2  # latents; the UNet downsamples once, so an even shift stays on its grid
 
     def run(lat):
-        return pipe(prompt="tiles", num_inference_steps=2, height=SIZE, width=SIZE, latents=lat, output_type="np").images[0]
+        return pipe(
+            prompt="tiles",
+            num_inference_steps=2,
+            height=SIZE,
+            width=SIZE,
+            latents=lat,
+            output_type="np",
+        ).images[0]
 
     image = run(latents)
     rolled = run(torch.roll(latents, shifts=(shift, -shift), dims=(2, 3)))
-    np.testing.assert_allclose(rolled, np.roll(image, (8 * shift, -8 * shift), axis=(0, 1)), atol=1e-4)
+    np.testing.assert_allclose(
+        rolled, np.roll(image, (8 * shift, -8 * shift), axis=(0, 1)), atol=1e-4
+    )
     assert np.abs(image - np.roll(image, 8, axis=0)).mean() > 1e-3  # not trivially constant
 
 
@@ -286,10 +360,18 @@ def test_keys_and_seeds():
     assert tb.image_seed(0, 1, 2) == tb.image_seed(0, 1, 2) < 2**63
     assert len({tb.image_seed(s, i, j) for s in range(2) for i in range(3) for j in range(3)}) == 18
     key = tb.bank_key(bank)
-    assert key == tb.bank_key(_bank("org/model", device="cuda", share=0.1))  # not in the pixels' key
+    assert key == tb.bank_key(
+        _bank("org/model", device="cuda", share=0.1)
+    )  # not in the pixels' key
     assert tb.bank_key(_bank("org/other")) != key
-    for change in ({"prompts": ["x"]}, {"steps": 3}, {"size": 72}, {"guidance_scale": 1.0}, {"seed": 1},
-                   {"per_prompt": 3}):
+    for change in (
+        {"prompts": ["x"]},
+        {"steps": 3},
+        {"size": 72},
+        {"guidance_scale": 1.0},
+        {"seed": 1},
+        {"per_prompt": 3},
+    ):
         assert tb.bank_key(_bank("org/model", **change)) != key, change
 
 
@@ -319,15 +401,30 @@ def test_factory_run_with_a_bank_end_to_end(tiny_model, tmp_path, ray_cluster, c
     from tests.conftest import write_spec
 
     appearance = {
-        "variants_per_trajectory": 2, "keep_original": False,
-        "textures": {"surfaces": ["table"], "patterns": ["solid"], "bank": {
-            "model": str(tiny_model), "prompts": ["a wooden table top"], "per_prompt": 1,
-            "steps": 2, "size": SIZE, "seed": 3, "device": "cpu", "share": 1.0}},
+        "variants_per_trajectory": 2,
+        "keep_original": False,
+        "textures": {
+            "surfaces": ["table"],
+            "patterns": ["solid"],
+            "bank": {
+                "model": str(tiny_model),
+                "prompts": ["a wooden table top"],
+                "per_prompt": 1,
+                "steps": 2,
+                "size": SIZE,
+                "seed": 3,
+                "device": "cpu",
+                "share": 1.0,
+            },
+        },
     }
     spec = write_spec(
-        tmp_path / "bank.yaml", name="bank_lift", task={"horizon": 300},
+        tmp_path / "bank.yaml",
+        name="bank_lift",
+        task={"horizon": 300},
         generation={"attempts": 1, "attempts_per_shard": 1},
-        cameras=[{"name": "agentview", "width": 32, "height": 32}], appearance=appearance,
+        cameras=[{"name": "agentview", "width": 32, "height": 32}],
+        appearance=appearance,
     )
     out = tmp_path / "out"
     assert main(["run", str(spec), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
@@ -346,13 +443,32 @@ def test_factory_run_with_a_bank_end_to_end(tiny_model, tmp_path, ray_cluster, c
     moved = tiny_model.with_name("moved-away")
     tiny_model.rename(moved)
     try:
-        assert main(["run", str(spec), "--out", str(out), "--workers", "1", "--no-progress", "--attempts", "2"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    str(spec),
+                    "--out",
+                    str(out),
+                    "--workers",
+                    "1",
+                    "--no-progress",
+                    "--attempts",
+                    "2",
+                ]
+            )
+            == 0
+        )
         assert [e.index for e in load_episodes(out)][:2] == [0, 1]
         capsys.readouterr()
         monkeypatch.setenv(tb.CACHE_ENV, "off")  # (the shared cache holds the image now)
         assert main(["validate", str(spec)]) == 2  # a fresh dataset would need it
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and str(tiny_model) in err[0] and "appearance.textures.bank.model" in err[0], err
+        assert (
+            len(err) == 1
+            and str(tiny_model) in err[0]
+            and "appearance.textures.bank.model" in err[0]
+        ), err
     finally:
         moved.rename(tiny_model)
     texture = sorted((out / "textures").glob("*.png"))[0]

@@ -60,11 +60,15 @@ def test_seeds_dataset_holds_the_demos_and_verifies(seeds_dataset, resolved):
     assert [r.length for r in records] == [d.demo.length for d in resolved.demos]
     assert load_manifest(seeds_dataset).total_samples == sum(d.demo.length for d in resolved.demos)
     # Through the loader: the extra key holds the recorded MuJoCo states, the actions the human's.
-    items = list(make_loader(seeds_dataset, action_horizon=4, normalization="none", extra_keys=["sim_state"]))
+    items = list(
+        make_loader(seeds_dataset, action_horizon=4, normalization="none", extra_keys=["sim_state"])
+    )
     first = resolved.demos[0].demo
     steps = [it for it in items if it["episode"] == 0]
     assert len(steps) == first.length
-    assert steps[5]["sim_state"].dtype == torch.float64 and steps[5]["sim_state"].shape == (resolved.scene.state_size,)
+    assert steps[5]["sim_state"].dtype == torch.float64 and steps[5]["sim_state"].shape == (
+        resolved.scene.state_size,
+    )
     np.testing.assert_allclose(steps[5]["sim_state"].numpy()[1:], first.states[5][1:], atol=1e-12)
     np.testing.assert_allclose(steps[5]["action_chunk"][0].numpy(), first.actions[5], atol=1e-6)
 
@@ -91,10 +95,14 @@ def test_observation_matches_the_scene(resolved):
     np.testing.assert_allclose(obs[9:12], cube[:3, 3], atol=1e-6)
     np.testing.assert_allclose(obs[16:19], cube[:3, 3] - scene.eef_pose()[:3, 3], atol=1e-6)
     assert obs[12] >= 0  # quaternion sign fixed: w >= 0
-    batch = make_observation(np.stack([scene.proprio()] * 3), np.stack([scene.get_state()] * 3), layout)
+    batch = make_observation(
+        np.stack([scene.proprio()] * 3), np.stack([scene.get_state()] * 3), layout
+    )
     assert batch.shape == (3, layout.dim)
     timed = make_obs_layout(scene.model, scene.bodies, time_scale=0.01)
-    with_time = make_observation(np.stack([scene.proprio()] * 2), np.stack([scene.get_state()] * 2), timed, np.array([0, 50]))
+    with_time = make_observation(
+        np.stack([scene.proprio()] * 2), np.stack([scene.get_state()] * 2), timed, np.array([0, 50])
+    )
     assert timed.dim == 20 and timed.names()[-1] == "time"
     np.testing.assert_allclose(with_time[:, -1], [0.0, 0.5])
     np.testing.assert_array_equal(with_time[:, :-1], batch[:2])
@@ -105,7 +113,9 @@ def test_observation_matches_the_scene(resolved):
 def test_eval_seeds_are_their_own_namespace():
     seeds = [eval_seed(0, i) for i in range(200)]
     assert seeds == [eval_seed(0, i) for i in range(200)] and len(set(seeds)) == 200
-    generation = {attempt_seed(0, shard, a) for shard in range(20) for a in range(shard * 10, shard * 10 + 10)}
+    generation = {
+        attempt_seed(0, shard, a) for shard in range(20) for a in range(shard * 10, shard * 10 + 10)
+    }
     assert not generation & set(seeds)
     assert eval_seed(1, 0) != eval_seed(0, 0)
 
@@ -117,7 +127,9 @@ def test_action_post_processing():
     old, new = np.zeros((4, 7)), np.ones((4, 7))
     mixed = ensemble([(0, old), (2, new)], t=3, decay=0.0)  # both cover step 3: equal weights
     np.testing.assert_allclose(mixed, 0.5)
-    np.testing.assert_allclose(ensemble([(0, old), (2, new)], t=1, decay=0.0), 0.0)  # only the first covers it
+    np.testing.assert_allclose(
+        ensemble([(0, old), (2, new)], t=1, decay=0.0), 0.0
+    )  # only the first covers it
 
 
 def test_training_data_shapes_and_masked_loss(seeds_dataset, resolved):
@@ -128,7 +140,9 @@ def test_training_data_shapes_and_masked_loss(seeds_dataset, resolved):
     assert data.obs.shape == (total, layout.dim) and data.chunks.shape == (total, 8, 7)
     assert data.masks.shape == (total, 8) and data.masks[:, 0].all() and not data.masks.all()
     assert len(data.episodes) == len(resolved.demos)
-    assert (np.diff(data.episode) != 0).sum() == len(resolved.demos) - 1  # each episode's steps adjacent
+    assert (np.diff(data.episode) != 0).sum() == len(
+        resolved.demos
+    ) - 1  # each episode's steps adjacent
     idle = idle_steps(data, window=8, distance=0.005)
     # Lift's demo_2 waits ~900 steps before it moves: those steps are idle, the moving ones are not.
     demo2 = data.episode == data.episodes[1]
@@ -144,17 +158,33 @@ def test_training_data_shapes_and_masked_loss(seeds_dataset, resolved):
 
 
 def test_train_eval_smoke(seeds_dataset, resolved, tmp_path):
-    config = TrainEvalConfig(horizon=8, execute=4, steps=80, batch_size=64, hidden=64, layers=2, rollouts=1,
-                             eval_horizon=30, lr=3e-3)
+    config = TrainEvalConfig(
+        horizon=8,
+        execute=4,
+        steps=80,
+        batch_size=64,
+        hidden=64,
+        layers=2,
+        rollouts=1,
+        eval_horizon=30,
+        lr=3e-3,
+    )
     report = train_eval(seeds_dataset, resolved, config, save=tmp_path / "policy.pt")
-    assert report["episodes"] == len(resolved.demos) and report["steps"] == sum(d.demo.length for d in resolved.demos)
+    assert report["episodes"] == len(resolved.demos) and report["steps"] == sum(
+        d.demo.length for d in resolved.demos
+    )
     assert report["final_loss"] < report["first_loss"]  # it learns
     assert len(report["loss_curve"]) == 20 and report["loss_curve"][-1][0] == 80
     assert report["rollouts"] == 1 and len(report["per_rollout"]) == 1
     rollout = report["per_rollout"][0]
     assert rollout["seed"] == eval_seed(resolved.spec.seed, 0) and 1 <= rollout["steps"] <= 30
-    assert report["success_rate"] == float(rollout["success"]) and report["eval_seeds_disjoint_from_dataset"]
-    assert report["observation"]["dim"] == 20 and report["observation"]["names"][-1] == "time"  # time_feature
+    assert (
+        report["success_rate"] == float(rollout["success"])
+        and report["eval_seeds_disjoint_from_dataset"]
+    )
+    assert (
+        report["observation"]["dim"] == 20 and report["observation"]["names"][-1] == "time"
+    )  # time_feature
     assert report["train_time_s"] > 0 and report["eval_time_s"] > 0
     assert report["steps_trained_on"] + report["idle_steps_dropped"] == report["steps"]
     assert report["idle_steps_dropped"] > 800  # demo_2's long wait
@@ -163,14 +193,33 @@ def test_train_eval_smoke(seeds_dataset, resolved, tmp_path):
     assert saved["config"]["horizon"] == 8
 
 
-def test_cli_train_eval_reports_json_and_refuses_bad_flags(seeds_dataset, lowdim_spec, resolved, tmp_path, capsys):
+def test_cli_train_eval_reports_json_and_refuses_bad_flags(
+    seeds_dataset, lowdim_spec, resolved, tmp_path, capsys
+):
     out = tmp_path / "report.json"
-    args = ["train-eval", str(seeds_dataset), "--spec", str(lowdim_spec), "--steps", "5", "--rollouts", "1",
-            "--eval-horizon", "3", "--hidden", "16", "--quiet", "--out", str(out)]
+    args = [
+        "train-eval",
+        str(seeds_dataset),
+        "--spec",
+        str(lowdim_spec),
+        "--steps",
+        "5",
+        "--rollouts",
+        "1",
+        "--eval-horizon",
+        "3",
+        "--hidden",
+        "16",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text()) and printed["train_steps"] == 5
-    assert main(args[:-2] + ["--temporal-ensemble", "0.1", "--no-time-feature"]) == 0  # predict every step, average
+    assert (
+        main(args[:-2] + ["--temporal-ensemble", "0.1", "--no-time-feature"]) == 0
+    )  # predict every step, average
     printed = json.loads(capsys.readouterr().out)
     assert printed["policy"]["temporal_ensemble"] == 0.1 and printed["observation"]["dim"] == 19
     assert main(args[:-2] + ["--execute", "99"]) == 2  # more than --horizon
@@ -182,16 +231,33 @@ def test_cli_train_eval_reports_json_and_refuses_bad_flags(seeds_dataset, lowdim
 
 def test_train_eval_with_a_camera(tmp_path):
     """Images as an option: frames from the dataset through the loader, a CNN, rendered frames in rollouts."""
-    spec_path = write_spec(tmp_path / "lift_cam.yaml", base="lift_lowdim.yaml",
-                           cameras=[{"name": "agentview", "width": 32, "height": 24}])
+    spec_path = write_spec(
+        tmp_path / "lift_cam.yaml",
+        base="lift_lowdim.yaml",
+        cameras=[{"name": "agentview", "width": 32, "height": 24}],
+    )
     resolved = resolve_spec(load_spec(spec_path))
-    resolved = Resolved(resolved.spec, resolved.scene, resolved.demos[:1])  # demo_1 only: 226 frames to render
+    resolved = Resolved(
+        resolved.spec, resolved.scene, resolved.demos[:1]
+    )  # demo_1 only: 226 frames to render
     out = tmp_path / "seeds"
     write_seed_dataset(resolved, out)
-    config = TrainEvalConfig(horizon=4, execute=4, steps=80, batch_size=64, hidden=64, layers=2, rollouts=1,
-                             eval_horizon=6, camera="agentview", lr=3e-3)
+    config = TrainEvalConfig(
+        horizon=4,
+        execute=4,
+        steps=80,
+        batch_size=64,
+        hidden=64,
+        layers=2,
+        rollouts=1,
+        eval_horizon=6,
+        camera="agentview",
+        lr=3e-3,
+    )
     report = train_eval(out, resolved, config)
-    assert report["observation"]["kind"] == "low_dim+agentview" and report["observation"]["image_shape"] == [3, 24, 32]
+    assert report["observation"]["kind"] == "low_dim+agentview" and report["observation"][
+        "image_shape"
+    ] == [3, 24, 32]
     assert report["final_loss"] < report["first_loss"] and report["per_rollout"][0]["steps"] <= 6
     with pytest.raises(UserError, match="no such camera"):
         train_eval(out, resolved, config.model_copy(update={"camera": "birdview"}))

@@ -61,23 +61,56 @@ def build_learnable_dataset(root: Path, cameras: dict[str, tuple[int, int]], see
                 states.append(a @ states[-1])
             states = np.array(states)
             index = shard * EPISODES_PER_SHARD + k
-            episodes.append(Episode(
-                index=index, shard=shard, instruction="lift the cube", seed=index,
-                actions=states @ w.T, states=states, sim_states=np.zeros((LENGTH, 3)),
-                images={name: [_frame(s, size) for s in states] for name, size in cameras.items()},
-                provenance={"source_demo": "synthetic"},
-            ))
+            episodes.append(
+                Episode(
+                    index=index,
+                    shard=shard,
+                    instruction="lift the cube",
+                    seed=index,
+                    actions=states @ w.T,
+                    states=states,
+                    sim_states=np.zeros((LENGTH, 3)),
+                    images={
+                        name: [_frame(s, size) for s in states] for name, size in cameras.items()
+                    },
+                    provenance={"source_demo": "synthetic"},
+                )
+            )
         written += episodes
-    write_dataset(root, written, {"name": "learnable", "fps": 20, "cameras": [
-        {"name": name, "width": width, "height": height, "format": "jpg"}
-        for name, (width, height) in cameras.items()
-    ]})
+    write_dataset(
+        root,
+        written,
+        {
+            "name": "learnable",
+            "fps": 20,
+            "cameras": [
+                {"name": name, "width": width, "height": height, "format": "jpg"}
+                for name, (width, height) in cameras.items()
+            ],
+        },
+    )
     return root
 
 
 def _train(dataset: Path, *extra: str) -> tuple[list[dict], dict]:
-    command = [sys.executable, str(SCRIPT), str(dataset), "--steps", "30", "--batch-size", "16",
-               "--horizon", "4", "--workers", "2", "--lr", "3e-3", "--log-every", "5", *extra]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        str(dataset),
+        "--steps",
+        "30",
+        "--batch-size",
+        "16",
+        "--horizon",
+        "4",
+        "--workers",
+        "2",
+        "--lr",
+        "3e-3",
+        "--log-every",
+        "5",
+        *extra,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
@@ -96,8 +129,13 @@ def test_training_lowers_the_loss(tmp_path, cameras) -> None:
 
 def test_an_unknown_camera_is_named(tmp_path) -> None:
     dataset = build_learnable_dataset(tmp_path / "data", {"agentview": (8, 8)})
-    done = subprocess.run([sys.executable, str(SCRIPT), str(dataset), "--camera", "front", "--workers", "0"],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(dataset), "--camera", "front", "--workers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert done.returncode != 0 and "unknown cameras ['front']" in done.stderr
 
 

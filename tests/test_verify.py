@@ -75,14 +75,18 @@ def test_an_episode_length_that_disagrees(dataset) -> None:
     ]
 
 
-@pytest.mark.parametrize(("key", "field", "change"), [("action", "mean", 0.5), ("state", "q99", -1e-3)])
+@pytest.mark.parametrize(
+    ("key", "field", "change"), [("action", "mean", 0.5), ("state", "q99", -1e-3)]
+)
 def test_altered_stats(dataset, key, field, change) -> None:
     path = dataset.path / "stats.json"
     stats = json.loads(path.read_text())
     stats[key][field][3] += change
     path.write_text(json.dumps(stats))
     problems = verify_dataset(dataset.path)
-    assert len(problems) == 1 and problems[0].startswith(f"stats.json: {key}.{field} differs"), problems
+    assert len(problems) == 1 and problems[0].startswith(f"stats.json: {key}.{field} differs"), (
+        problems
+    )
 
     stats[key][field][3] -= change
     stats["transitions"] += 1
@@ -95,17 +99,23 @@ def test_an_episode_missing_a_step_is_not_whole(dataset) -> None:
     # the manifest so that only the content is wrong.
     path = dataset.shard(0)
     with tarfile.open(path) as tar:
-        kept = [(m, tar.extractfile(m).read()) for m in tar if not m.name.startswith("e00000000_t0001.")]
+        kept = [
+            (m, tar.extractfile(m).read()) for m in tar if not m.name.startswith("e00000000_t0001.")
+        ]
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
         for member, data in kept:
             tar.addfile(member, io.BytesIO(data))
     manifest = load_manifest(dataset.path)
     old = manifest.by_name()[path.name]
-    new = ShardInfo(path.name, old.samples - 1, old.episodes, path.stat().st_size, sha256_file(path))
+    new = ShardInfo(
+        path.name, old.samples - 1, old.episodes, path.stat().st_size, sha256_file(path)
+    )
     save_manifest(dataset.path, manifest.with_shard(new))
 
     problems = verify_dataset(dataset.path)
-    assert _problems_about(problems, "shards/shard-000000.tar: sample e00000000_t0002", "not whole"), problems
+    assert _problems_about(
+        problems, "shards/shard-000000.tar: sample e00000000_t0002", "not whole"
+    ), problems
     assert _problems_about(problems, "episodes.jsonl: episode 0 has length 3", "holds 2")
 
 
