@@ -6,13 +6,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # Offscreen rendering without a GPU: Mesa's EGL (software) by default; osmesa also works.
-export MUJOCO_GL ?= egl
-export PYOPENGL_PLATFORM ?= $(MUJOCO_GL)
+# The default is set by the factory package itself (factory/_gl.py); `MUJOCO_GL=osmesa make ...`
+# still chooses another.
 
 GL_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint schema bench clean
 
 install: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ test: install
 
 lint: install
 	$(BIN)/ruff check .
+
+# scene_specs/schema.json and the README's spec tables, from the spec models' descriptions.
+schema: install
+	$(BIN)/factory spec-help --write
 
 bench: install
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -1,6 +1,9 @@
-"""Rendered successful Stack episodes per core-hour, end to end, against NVlabs' MimicGen; one JSON object.
+"""Rendered successful Stack episodes per core-hour, end to end, against NVlabs' MimicGen.
 
-    .venv/bin/python benchmarks/bench_episodes_per_hour.py [--attempts 10] [--spec scene_specs/stack.yaml]
+Prints one JSON object.
+
+    .venv/bin/python benchmarks/bench_episodes_per_hour.py [--attempts 10]
+        [--spec scene_specs/stack.yaml]
 
 Runs `factory run SPEC --workers 1` (the CLI in a subprocess: its own local Ray
 cluster, spec resolution and demo annotation, generation, rendering of the
@@ -46,8 +49,8 @@ MIMICGEN_STACK = {
     "s_per_attempt": 120.0,
     "s_per_rendered_success": 184.0,
     "cameras": "agentview, robot0_eye_in_hand at 84x84",
-    "source": "NVlabs MimicGen generating Stack from the same human demo, measured on this kind of machine "
-    "(figure quoted in the project's issue 4)",
+    "source": "NVlabs MimicGen generating Stack from the same human demo, measured on this kind of "
+    "machine (figure quoted in the project's issue 4)",
 }
 
 
@@ -83,7 +86,8 @@ def run_measured(command: list[str]) -> tuple[float, float]:
         if process.returncode != 0:
             log.seek(0)
             sys.exit(
-                f"{command[0]} failed ({process.returncode}):\n{log.read()[-2000:].decode(errors='replace')}"
+                f"{command[0]} failed ({process.returncode}):\n"
+                f"{log.read()[-2000:].decode(errors='replace')}"
             )
     return wall, sum(cpu.values())
 

@@ -29,11 +29,11 @@ def main() -> None:
     args = parser.parse_args()
     spec = load_spec(args.spec)
     resolved = resolve_spec(spec)
-    scene, demos = resolved.scene, resolved.demos
+    scene, demos, params = resolved.scene, resolved.demos, resolved.params
 
     start = time.perf_counter()
     attempts = [
-        generate_attempt(scene, demos, AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i)))
+        generate_attempt(scene, demos, AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i)), params)
         for i in range(args.attempts)
     ]
     gen_s = time.perf_counter() - start

@@ -1,6 +1,7 @@
 """The streaming loader against two ceilings, in decoded steps per second on one core.
 
-    .venv/bin/python benchmarks/bench_loader.py [--episodes 20] [--length 100] [--size 128] [--repeats 3]
+    .venv/bin/python benchmarks/bench_loader.py [--episodes 20] [--length 100] [--size 128]
+        [--repeats 3]
                                                 [--clock wall|cpu] [--profile]
 
 Builds a synthetic dataset in a temporary directory (two cameras, real JPEGs of

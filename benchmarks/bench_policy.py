@@ -1,7 +1,9 @@
 """Does generated data train a better policy than the human seeds it came from? Lift and Stack.
 
-    .venv/bin/python benchmarks/bench_policy.py --task lift --data out/lift_lowdim --out bench_policy_lift.json
-    .venv/bin/python benchmarks/bench_policy.py --task stack --data out/stack_lowdim --out bench_policy_stack.json
+    .venv/bin/python benchmarks/bench_policy.py --task lift --data out/lift_lowdim \
+        --out bench_policy_lift.json
+    .venv/bin/python benchmarks/bench_policy.py --task stack --data out/stack_lowdim \
+        --out bench_policy_stack.json
     .venv/bin/python benchmarks/bench_policy.py          # both tasks, datasets at out/<spec name>
 
 Per task: the spec's seed demos are written as a dataset (`factory seeds`, into

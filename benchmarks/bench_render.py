@@ -1,6 +1,7 @@
 """The factory's renderer against `mujoco.Renderer` alone, same model, camera, size and settings.
 
-    .venv/bin/python benchmarks/bench_render.py [--spec scene_specs/stack.yaml] [--size 128] [--frames 150]
+    .venv/bin/python benchmarks/bench_render.py [--spec scene_specs/stack.yaml] [--size 128]
+        [--frames 150]
         [--rounds 3] [--depth] [--segmentation object] [--scene-file stack_scene.npz]
 
 Both render the states of one recorded seed demo. Prints one JSON object with
@@ -11,7 +12,8 @@ defaults (reflections and shadows on). `--scene-file` (benchmarks/scene_file.py)
 model and states from a saved file instead of building the robosuite env (a GPU machine
 without robosuite); the spec still gives the render settings. `ratio` = factory render only / bare
 reference. Methods run interleaved, `--rounds` times; each figure is the best
-round (a busy machine slows some rounds), all rounds are in `per_round`. With --depth / --segmentation the factory's figures include those
+round (a busy machine slows some rounds), all rounds are in `per_round`. With --depth /
+--segmentation the factory's figures include those
 passes and their PNG encoding (the bare reference stays RGB only).
 """
 

@@ -1,6 +1,7 @@
 """Rendering throughput of N processes sharing one machine (and its GPU, if EGL finds one).
 
-    .venv/bin/python benchmarks/bench_render_farm.py [--spec scene_specs/stack.yaml | --scene-file F.npz]
+    .venv/bin/python benchmarks/bench_render_farm.py
+        [--spec scene_specs/stack.yaml | --scene-file F.npz]
         [--processes 1,2] [--size 84] [--cameras 2] [--frames 150] [--repeat 2]
 
 Each process is what a Ray render actor does per episode: `FrameRenderer.render_frames` on
@@ -11,7 +12,8 @@ process's wall time. `scaling` = frames/s with N processes / frames/s with one (
 reference, measured in the same run). With `--scene-file` (see benchmarks/scene_file.py) no
 robosuite is needed, which is how it runs on a GPU machine:
 
-    MUJOCO_GL=egl python benchmarks/bench_render_farm.py --scene-file stack_scene.npz --processes 1,4,8,16
+    MUJOCO_GL=egl python benchmarks/bench_render_farm.py --scene-file stack_scene.npz \
+        --processes 1,4,8,16
 
 Prints one JSON object.
 """

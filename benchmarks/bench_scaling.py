@@ -1,6 +1,7 @@
 """Scaling and Ray overhead of dataset generation, physics only, in one run; prints one JSON object.
 
-    .venv/bin/python benchmarks/bench_scaling.py [--attempts 100] [--rounds 2] [--scaling-attempts 40]
+    .venv/bin/python benchmarks/bench_scaling.py [--attempts 100] [--rounds 2]
+        [--scaling-attempts 40]
 
 Lift (scene_specs/lift.yaml) with cameras: [], horizon 400, 2 attempts a shard:
 (a) scaling: run_shards on one 2-CPU Ray cluster (started once), the same `--scaling-attempts`
@@ -11,8 +12,9 @@ Lift (scene_specs/lift.yaml) with cameras: [], horizon 400, 2 attempts a shard:
     actor's start-up, stats) against ShardWorker.run_shard over the same shards in a plain loop
     in this process (spec resolution and stats included, like the CLI), `--rounds` times,
     interleaved as loop, CLI | CLI, loop | loop, CLI ...: this machine's speed drifts by 10-20 %
-    over minutes, and alternating (in both orders) spreads a drift over both arms. `overhead_ratio` = episodes per
-    core-minute of the CLI over the loop's, from the summed wall times (target >= 0.9);
+    over minutes, and alternating (in both orders) spreads a drift over both arms.
+    `overhead_ratio` = episodes per core-minute of the CLI over the loop's, from the summed
+    wall times (target >= 0.9);
     `per_round` gives each round's. `cpu_ratio` counts CPU seconds instead of wall seconds:
     the loop process's against every process of the CLI run (driver, GCS, raylet, agents,
     actors; sampled from /proc), which steal time from other tenants does not inflate.
@@ -101,10 +103,11 @@ def run_cli(spec_path: Path, out: Path, workers: int) -> tuple[float, float]:
 
 
 def run_in_cluster(resolved, out: Path, workers: int) -> dict:
-    """run_shards on the connected cluster, as run_dataset does; returns wall and steady-state seconds."""
+    """run_shards on the connected cluster, as run_dataset does: wall and steady-state seconds."""
     from cluster.runner import ClusterConfig, run_shards
     from factory.pipeline import plan_shards
     from factory.run import DatasetRecorder, dataset_info
+    from factory.worker_factory import ShardWorkerFactory
     from shards import save_dataset_info
 
     out.mkdir(parents=True)
@@ -123,7 +126,7 @@ def run_in_cluster(resolved, out: Path, workers: int) -> dict:
     tasks = plan_shards(resolved.spec)
     start, cpu = time.perf_counter(), time.process_time()
     run_shards(
-        resolved.spec,
+        ShardWorkerFactory(resolved.spec),
         resolved.demos,
         tasks,
         out,
@@ -151,7 +154,7 @@ def summary(out: Path) -> dict:
 
 
 def commit_time_at(shards: int, spec_path: Path, dataset: Path, out: Path) -> float:
-    """One commit of a dataset of `shards` shards, built from `dataset`'s results under new names."""
+    """One commit of a dataset of `shards` shards, built from `dataset`'s results, new names."""
     from factory.pipeline import ShardTask, plan_shards
     from factory.run import DatasetRecorder, finished_results
     from factory.spec import load_spec

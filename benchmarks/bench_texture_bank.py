@@ -1,10 +1,12 @@
-"""Texture-bank throughput: images per second through a tiny random Stable Diffusion, and a cache hit.
+"""Texture-bank throughput: images per second through a tiny random Stable Diffusion, and a
+cache hit.
 
     .venv/bin/python benchmarks/bench_texture_bank.py [--images 8] [--size 64] [--steps 2]
                                                       [--threads 1] [--device cpu] [--arch tiny]
 
     # on a GPU machine: Stable Diffusion 1.5's architecture at full size (random weights)
-    python benchmarks/bench_texture_bank.py --arch sd15 --size 512 --steps 25 --device cuda --images 8
+    python benchmarks/bench_texture_bank.py --arch sd15 --size 512 --steps 25 --device cuda \
+        --images 8
 
 Builds the same randomly initialised pipeline as tests/test_texture_bank.py, tiny or (`--arch
 sd15`) at Stable Diffusion 1.5's full size (nothing is downloaded; random weights cost the
@@ -39,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from test_texture_bank import make_random_pipeline  # noqa: E402
 
-from factory.spec import TextureBankSpec  # noqa: E402
 from generators import texture_bank as tb  # noqa: E402
+from generators.params import TextureBankParams  # noqa: E402
 
 
 def main() -> None:
@@ -60,9 +62,9 @@ def main() -> None:
         t0 = time.perf_counter()
         model = make_random_pipeline(root / f"{args.arch}-sd", args.arch)
         build_s = time.perf_counter() - t0
-        bank = TextureBankSpec(
+        bank = TextureBankParams(
             model=str(model),
-            prompts=["a wooden table top"],
+            prompts=("a wooden table top",),
             per_prompt=args.images,
             steps=args.steps,
             size=args.size,

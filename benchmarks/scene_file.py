@@ -1,4 +1,4 @@
-"""A rendering scene saved to one file, so that render benchmarks run where robosuite is not installed.
+"""A rendering scene saved to one file, so render benchmarks run where robosuite is missing.
 
     .venv/bin/python benchmarks/scene_file.py --spec scene_specs/stack.yaml --out stack_scene.npz
 

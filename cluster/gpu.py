@@ -19,11 +19,9 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from factory.errors import UserError
+from cluster.errors import ClusterError, GpuRenderError
 
-
-class GpuRenderError(UserError):
-    """A GPU Ray assigned that EGL cannot render on (a MIG slice, an unknown UUID)."""
+__all__ = ["GpuRenderError", "apply_gpu_render_env", "egl_device_for", "gpu_render_env"]
 
 
 def egl_device_for(
@@ -42,7 +40,8 @@ def egl_device_for(
         return int(first)
     if first.startswith("MIG-"):
         raise GpuRenderError(
-            f"Ray assigned MIG instance {first}: EGL cannot render on a MIG slice; give the render workers whole GPUs"
+            f"Ray assigned MIG instance {first}: EGL cannot render on a MIG slice; "
+            "give the render workers whole GPUs"
         )
     if physical_uuids is None:
         physical_uuids = physical_gpu_uuids()
@@ -83,10 +82,11 @@ def apply_gpu_render_env(gpu_ids: Sequence[str | int]) -> dict[str, str]:
     """Set the rendering environment of this process for `gpu_ids`; returns what was set."""
     env = gpu_render_env(gpu_ids)
     if env and "mujoco" in sys.modules and os.environ.get("MUJOCO_GL") != "egl":
-        # mujoco picked its GL backend at import; EGL_DEVICE_ID alone is read later, at the first renderer.
+        # mujoco picked its GL backend at import; EGL_DEVICE_ID alone is read later, at the
+        # first renderer.
         raise GpuRenderError(
-            f"mujoco was imported with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} before the GPU was assigned; "
-            "it cannot switch to EGL now"
+            f"mujoco was imported with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} "
+            "before the GPU was assigned; it cannot switch to EGL now"
         )
     os.environ.update(env)
     return env
@@ -103,6 +103,6 @@ def gpu_wait_s() -> float:
     try:
         return max(0.0, float(os.environ.get(GPU_WAIT_ENV, GPU_WAIT_S)))
     except ValueError:
-        raise UserError(
+        raise ClusterError(
             f"${GPU_WAIT_ENV}: expected a number of seconds, got {os.environ[GPU_WAIT_ENV]!r}"
         ) from None

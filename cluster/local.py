@@ -1,7 +1,8 @@
-"""A Ray cluster of several nodes on this one machine, all on loopback: for tests, benchmarks, trying.
+"""A Ray cluster of several nodes on this one machine, all on loopback: for tests, benchmarks.
 
     .venv/bin/python -m cluster.local --nodes 2 --cpus 1     # prints the address; Ctrl-C stops it
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/factory run scene_specs/lift.yaml --address 127.0.0.1:PORT
+    export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+    .venv/bin/factory run scene_specs/lift.yaml --address 127.0.0.1:PORT
 
 Each node is a `ray start --block` process (head first, then the others joining it), started
 in its own session. `ray start --block` shares its fate with the node's processes (the kernel
@@ -54,7 +55,8 @@ def free_port() -> int:
 
 
 def driver_env(base: dict | None = None) -> dict:
-    """Environment for a driver process (`factory run --address 127.0.0.1:PORT`) of a LocalCluster."""
+    """Environment for a driver process (`factory run --address 127.0.0.1:PORT`) of a
+    LocalCluster."""
     env = dict(os.environ if base is None else base)
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's address helpers answer 127.0.0.1
     env["RAY_AUTH_MODE"] = "disabled"  # a loopback cluster of our own: no token
@@ -99,7 +101,8 @@ class LocalCluster:
             f"--object-store-memory={self.object_store_bytes}",
             "--min-worker-port=0",
             "--max-worker-port=0",
-            # Every port chosen here: the defaults (52365, 10001, ...) clash with other clusters on the machine.
+            # Every port chosen here: the defaults (52365, 10001, ...) clash with other clusters
+            # on the machine.
             *(
                 f"--{name}={free_port()}"
                 for name in (
@@ -206,7 +209,8 @@ def main() -> None:
     args = parser.parse_args()
     with LocalCluster(cpus=(args.cpus,) * args.nodes) as cluster:
         print(
-            f"{args.nodes} nodes up; driver: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 factory run SPEC --address "
+            f"{args.nodes} nodes up; driver: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 "
+            "factory run SPEC --address "
             f"{cluster.address} (logs: {cluster.temp_dir}); Ctrl-C stops",
             flush=True,
         )

@@ -1,7 +1,8 @@
-"""Ends a driver's own local Ray cluster when the driver dies without `ray.shutdown()` (SIGKILL, OOM).
+"""Ends a driver's own local Ray cluster when the driver dies without `ray.shutdown()`
+(SIGKILL, OOM).
 
-    driver: children before ray.init() ─► ray.init() ─► new children (gcs, raylet, monitors) = the roots
-            ─► watch_local_cluster(roots): a reaper process, in its own session
+    driver: children before ray.init() ─► ray.init() ─► new children (gcs, raylet, monitors)
+            = the roots ─► watch_local_cluster(roots): a reaper process, in its own session
     reaper: every second (every 3 s after the first 10), note the roots and their descendants
             (agents, workers) with start times
             stdin EOF (the driver ended, however) ─► 5 s grace ─► SIGKILL the noted ones still there
@@ -37,7 +38,8 @@ def children(pid: int) -> dict[int, int]:
 
 
 def watch_local_cluster(roots: dict[int, int]) -> subprocess.Popen:
-    """Start a reaper for `roots` (pid -> start time) and their descendants; stop it with `release`."""
+    """Start a reaper for `roots` (pid -> start time) and their descendants; stop it with
+    `release`."""
     reaper = subprocess.Popen(
         [sys.executable, "-m", "cluster.reaper", *(f"{pid}:{t}" for pid, t in roots.items())],
         stdin=subprocess.PIPE,

@@ -1,24 +1,31 @@
-"""Run shards on Ray: one actor per worker, each owning a robosuite env for its lifetime.
+"""Run shards on Ray: one actor per worker, each owning a runner (a robosuite env) for its lifetime.
 
-    driver: connect, start actors (each builds its env from the spec) ─┐ meanwhile: resolve the spec,
-                                                                        │ load the seed demos
-            set_demos once, then queue of ShardTasks ──► an idle actor: run_shard(task) ──► ShardResult (+ node) ──► on_result
+    driver: connect, start actors (each calls make_worker(): ─┐ meanwhile: resolve the spec,
+            builds its env from the spec)                     │ load the seed demos
+            set_demos once, then queue of tasks ──► an idle actor: run_shard(task)
+                ──► result (+ node) ──► on_result
     actors ──► progress actor, on the driver's node: (shard, success) per attempt ──► on_attempt
 
-Only small records cross the object store (the spec and annotated demos once, then tasks,
-results, progress); each actor writes its shard to the shared output directory itself.
-Ray appears nowhere outside `cluster/`: the actors call the same `ShardWorker` that tests
-call directly.
+The cluster does not know what it runs: `factory.run` passes a `WorkerFactory` (a picklable
+callable that builds the factory's `ShardWorker` in the actor), and tasks and results are
+records of the factory's, opaque here. Only small records cross the object store (the worker
+factory and annotated demos once, then tasks, results, progress); each actor writes its shard
+to the shared output directory itself. Ray appears nowhere outside `cluster/`: the actors call
+the same `ShardWorker` that tests call directly.
 
 Faults, and what happens:
-  an actor dies mid-shard (killed, OOM, node lost)   its shard goes back to the front of the queue and a
-                                                     fresh actor starts; shards are deterministic, so the
-                                                     redo writes the same bytes. A shard whose worker died
-                                                     `max_shard_retries` times is an error (it crashes workers).
-  an actor fails in __init__                          an error at once: every worker would fail alike.
-  a shard raises (e.g. the disk is full)              no new shard starts; running ones finish and are
-                                                     recorded; then the error (one line for an OSError).
-  the driver dies                                     Ray ends its actors; a re-run resumes from the manifest.
+  an actor dies mid-shard        its shard goes back to the front of the queue and a fresh
+  (killed, OOM, node lost)       actor starts; shards are deterministic, so the redo writes the
+                                 same bytes. A shard whose worker died `max_shard_retries` times
+                                 is an error (it crashes workers).
+  an actor fails in __init__     an error at once: every worker would fail alike.
+  a shard raises (e.g. the       no new shard starts; running ones finish and are recorded; then
+  disk is full)                  the error (one line for an OSError).
+  the driver dies                Ray ends its actors; a re-run resumes from the manifest.
+
+Length (~580 lines): the fault table above is implemented by one scheduling loop and the actor
+bookkeeping it mutates; splitting them would put a fault's detection and its handling in two
+files.
 """
 
 from __future__ import annotations
@@ -36,21 +43,26 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.address import START_HINT, first_line, probe_address
+from cluster.errors import ClusterAddressError, ClusterError, ShardWriteError
 from cluster.gpu import GPU_WAIT_ENV, apply_gpu_render_env, gpu_wait_s
 from cluster.reaper import children, release, watch_local_cluster
-from factory.errors import UserError
 
-if TYPE_CHECKING:  # the actor module must not import mujoco before the actor picked its GPU
-    from factory.pipeline import ShardResult, ShardTask
-    from factory.records import AnnotatedDemo
-    from factory.spec import SceneSpec
+__all__ = [
+    "ClusterConfig",
+    "ClusterError",
+    "ShardCluster",
+    "ShardRunner",
+    "ShardWriteError",
+    "WorkerFactory",
+    "run_shards",
+]
 
 # Environment the workers need; forwarded so that a remote cluster renders like the driver.
 _FORWARDED_ENV = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "MUJOCO_EGL_DEVICE_ID")
@@ -78,12 +90,28 @@ class ClusterConfig:
     )
 
 
-class ClusterError(UserError):
-    """The cluster cannot make progress: workers that cannot start, a shard that kills its workers."""
+class ShardTask(Protocol):
+    """A unit of work as the cluster sees it (the factory's `ShardTask`)."""
+
+    index: int  # the shard's index
+    name: str  # the shard's file name
 
 
-class ShardWriteError(UserError):
-    """A worker could not write its shard (disk full, read-only, quota): one line, naming shard and errno."""
+class ShardRunner(Protocol):
+    """What each actor holds for its lifetime and runs whole shards with (the factory's
+    `ShardWorker`). Tasks and results are plain picklable records, opaque to the cluster
+    but for `task.index` and the result's `node` field (a dataclass)."""
+
+    demos: list
+
+    def run_shard(self, task, out_dir: Path, on_attempt: Callable[[bool], None] | None = None):
+        """Generate, render and write one shard to `out_dir`; returns its result record."""
+
+
+# Called once in each actor, after it chose its GPU: builds its runner. It crosses to the actor
+# pickled, so it must not import the simulator at module level (a `functools.partial` of a
+# function in a light module, or a small dataclass with `__call__`).
+WorkerFactory = Callable[[], ShardRunner]
 
 
 @dataclass(frozen=True)
@@ -125,11 +153,12 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
         ray.init(
             num_cpus=config.workers,
             include_dashboard=False,
-            log_to_driver=False,  # robosuite chatter in workers; errors still come back as exceptions
+            # robosuite chatter in workers; errors still come back as exceptions
+            log_to_driver=False,
             logging_level=logging.WARNING,  # no "Started a local Ray instance" lines above the bar
         )
     except ConnectionError as err:
-        raise UserError(
+        raise ClusterAddressError(
             f"{flag} {address}: cannot connect to a Ray cluster ({first_line(err)}); {START_HINT}"
         ) from None
     finally:
@@ -144,32 +173,28 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
 
 
 class _ShardActor:
-    """The actor: picks its GPU (if any), then holds one ShardWorker for its lifetime.
+    """The actor: picks its GPU (if any), then holds one runner for its lifetime.
 
-    It builds its env from the spec alone, so that it can start while the driver is still
-    loading the seed demos; `set_demos` hands them over before the first shard (an actor runs
-    one caller's calls in the order they were made).
+    `make_worker` builds the runner (its env) without the seed demos, so that it can start while
+    the driver is still loading them; `set_demos` hands them over before the first shard (an
+    actor runs one caller's calls in the order they were made).
     """
 
-    def __init__(self, spec: SceneSpec):
+    def __init__(self, make_worker: WorkerFactory):
         context = ray.get_runtime_context()
         self.info = WorkerInfo(
             context.get_node_id(), os.getpid(), tuple(str(g) for g in ray.get_gpu_ids())
         )
         apply_gpu_render_env(self.info.gpus)  # before this process creates its first renderer
-        from factory.mujoco_log import route_mujoco_warnings
-        from factory.pipeline import ShardWorker  # imports mujoco (and so fixes MUJOCO_GL)
-
-        route_mujoco_warnings()  # not into MUJOCO_LOG.TXT in the worker's working directory
-        self.worker = ShardWorker(spec, ())
+        self.worker = make_worker()  # imports mujoco (and so fixes MUJOCO_GL) only now
 
     def describe(self) -> WorkerInfo:
         return self.info
 
-    def set_demos(self, demos: Sequence[AnnotatedDemo]) -> None:
+    def set_demos(self, demos: Sequence) -> None:
         self.worker.demos = list(demos)
 
-    def run_shard(self, task: ShardTask, out_dir: str, progress) -> ShardResult:
+    def run_shard(self, task, out_dir: str, progress):
         result = self.worker.run_shard(
             task, Path(out_dir), on_attempt=_Reporter(progress, task.index)
         )
@@ -206,19 +231,19 @@ class _Progress:
 
 
 def run_shards(
-    spec: SceneSpec,
-    demos: Sequence[AnnotatedDemo],
-    tasks: Sequence[ShardTask],
+    make_worker: WorkerFactory,
+    demos: Sequence,
+    tasks: Sequence,
     out_dir: Path,
     config: ClusterConfig,
-    on_result: Callable[[ShardResult], None],
+    on_result: Callable,
     **callbacks,
 ) -> None:
     """Run the tasks in order on the cluster (`ShardCluster.run`, whose callbacks it takes);
     connects, and shuts down a local cluster it started."""
     if not tasks:
         return
-    with ShardCluster(spec, out_dir, config, max_workers=len(tasks)) as cluster:
+    with ShardCluster(make_worker, out_dir, config, max_workers=len(tasks)) as cluster:
         cluster.run(demos, tasks, on_result, **callbacks)
 
 
@@ -230,11 +255,13 @@ class ShardCluster:
     local cluster if this object started it.
     """
 
-    def __init__(self, spec: SceneSpec, out_dir: Path, config: ClusterConfig, max_workers: int):
+    def __init__(
+        self, make_worker: WorkerFactory, out_dir: Path, config: ClusterConfig, max_workers: int
+    ):
         self.reaper = connect(config)
         try:
             self.dispatcher = _Dispatcher(
-                spec, out_dir, config, max_workers, local=self.reaper is not None
+                make_worker, out_dir, config, max_workers, local=self.reaper is not None
             )
         except BaseException:
             self._disconnect()
@@ -242,9 +269,9 @@ class ShardCluster:
 
     def run(
         self,
-        demos: Sequence[AnnotatedDemo],
-        tasks: Iterable[ShardTask],
-        on_result: Callable[[ShardResult], None],
+        demos: Sequence,
+        tasks: Iterable,
+        on_result: Callable,
         on_attempt: Callable[[int, bool], None] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         on_workers: Callable[[int], None] | None = None,
@@ -307,7 +334,12 @@ class _Worker:
 
 class _Dispatcher:
     def __init__(
-        self, spec, out_dir: Path, config: ClusterConfig, max_workers: int, local: bool = False
+        self,
+        make_worker: WorkerFactory,
+        out_dir: Path,
+        config: ClusterConfig,
+        max_workers: int,
+        local: bool = False,
     ):
         self.config = config
         self.on_result: Callable = lambda result: None
@@ -325,19 +357,23 @@ class _Dispatcher:
         if config.gpus_per_worker > 0:
             options["num_gpus"] = config.gpus_per_worker
             if not cluster.get("GPU"):
-                if local:  # nothing will ever join a cluster this process started: the workers would wait forever
+                # Nothing will ever join a cluster this process started: the workers would wait
+                # forever.
+                if local:
                     raise ClusterError(
-                        f"render.gpus_per_worker is {config.gpus_per_worker}, and this machine has no GPU Ray can use; "
+                        f"render.gpus_per_worker is {config.gpus_per_worker}, "
+                        "and this machine has no GPU Ray can use; "
                         "set it to 0 (CPU rendering) or join a GPU cluster with --address"
                     )
                 wait_s = gpu_wait_s()
                 self.gpu_deadline = time.monotonic() + wait_s
                 self.early_warnings.append(
-                    f"{config.gpus_per_worker} GPU per worker asked, and the cluster has no GPU (yet): "
-                    f"the workers start once GPU nodes join; giving up after {wait_s:.0f} s (${GPU_WAIT_ENV})"
+                    f"{config.gpus_per_worker} GPU per worker asked, "
+                    "and the cluster has no GPU (yet): the workers start once GPU nodes join; "
+                    f"giving up after {wait_s:.0f} s (${GPU_WAIT_ENV})"
                 )
         self.actor_class = ray.remote(**options)(_ShardActor)
-        self.spec_ref = ray.put(spec)
+        self.factory_ref = ray.put(make_worker)
         self.demos_ref = None  # set by run()
         self.starting: dict = {}  # describe() ref -> _Worker
         self.idle: list[_Worker] = []
@@ -348,7 +384,8 @@ class _Dispatcher:
         for _ in range(self.workers):
             self._start_worker()
         # Made after the workers, so that they get the worker processes Ray has already started.
-        # The progress actor lives on the driver's node: losing another node must not lose the progress.
+        # The progress actor lives on the driver's node: losing another node must not lose the
+        # progress.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         self.progress = ray.remote(num_cpus=0, scheduling_strategy=here)(_Progress).remote()
 
@@ -408,13 +445,14 @@ class _Dispatcher:
             return
         if time.monotonic() > self.gpu_deadline:
             raise ClusterError(
-                f"no worker could start within {gpu_wait_s():.0f} s: each asks for {self.config.gpus_per_worker} GPU "
-                f"(render.gpus_per_worker) and no GPU node joined the cluster; add GPU nodes, set it to 0, "
-                f"or wait longer with ${GPU_WAIT_ENV}"
+                f"no worker could start within {gpu_wait_s():.0f} s: "
+                f"each asks for {self.config.gpus_per_worker} GPU "
+                "(render.gpus_per_worker) and no GPU node joined the cluster; "
+                f"add GPU nodes, set it to 0, or wait longer with ${GPU_WAIT_ENV}"
             )
 
     def _start_worker(self) -> None:
-        actor = self.actor_class.remote(self.spec_ref)
+        actor = self.actor_class.remote(self.factory_ref)
         if self.demos_ref is not None:  # a replacement, started while shards run
             actor.set_demos.remote(self.demos_ref)
         self.starting[actor.describe.remote()] = _Worker(actor)
@@ -432,7 +470,8 @@ class _Dispatcher:
             if self.lost_while_starting > self.config.max_shard_retries * self.workers:
                 self._fail(
                     ClusterError(
-                        f"{self.lost_while_starting} workers died while starting; last: {_death_reason(err)}"
+                        f"{self.lost_while_starting} workers died while starting; "
+                        f"last: {_death_reason(err)}"
                     )
                 )
             else:
@@ -469,7 +508,8 @@ class _Dispatcher:
         if self.deaths[task.index] > self.config.max_shard_retries:
             self._fail(
                 ClusterError(
-                    f"{task.name}: its worker died {self.deaths[task.index]} times; giving up (last: {why})"
+                    f"{task.name}: its worker died {self.deaths[task.index]} times; "
+                    f"giving up (last: {why})"
                 )
             )
             return
@@ -516,13 +556,15 @@ def _shard_error(task: ShardTask, err: RayTaskError, out_dir: str) -> BaseExcept
         text = f"[Errno {cause.errno}] {cause.strerror}" if cause.errno else str(cause)
         return ShardWriteError(
             f"{Path(out_dir) / 'shards' / task.name}: cannot write the shard: {text}; "
-            "finished shards stay listed in manifest.json: fix this and run the same command again to resume"
+            "finished shards stay listed in manifest.json: "
+            "fix this and run the same command again to resume"
         )
     return err
 
 
 def _death_reason(err: RayActorError) -> str:
-    """Ray's own words for why a worker died ("Worker unexpectedly exits with ...", "... low on memory")."""
+    """Ray's own words for why a worker died ("Worker unexpectedly exits with ...",
+    "... low on memory")."""
     found = re.search(r"Worker exit detail: (.+?)(?:\.\s|$)", str(err), flags=re.S)
     return " ".join(found.group(1).split()) if found else _first_line(err)
 

@@ -1,4 +1,5 @@
-"""Behaviour cloning on a demofactory dataset: shards stream through `make_loader` into a DataLoader.
+"""Behaviour cloning on a demofactory dataset: shards stream through `make_loader` into a
+DataLoader.
 
     .venv/bin/python examples/train_bc.py out/stack --steps 500 --batch-size 64 --workers 2
 
@@ -26,7 +27,7 @@ from shards.loader import make_loader
 
 
 class Policy(nn.Module):
-    """state [B, S] (+ image uint8 [B, 3, H, W]) -> normalized action chunk [B, horizon, action_dim]."""
+    """state [B, S] (+ image uint8 [B, 3, H, W]) -> normalized action chunk [B, horizon, A]."""
 
     def __init__(self, state_dim: int, action_dim: int, horizon: int, use_image: bool):
         super().__init__()
@@ -93,11 +94,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
-    # A tiny model gains nothing from more threads; on busy cores their hand-offs made steps 20x slower.
+    # A tiny model gains nothing from more threads; on busy cores their hand-offs made steps
+    # 20x slower.
     torch.set_num_threads(args.threads)
     cameras = [c["name"] for c in (load_dataset_info(args.dataset) or {}).get("cameras", [])]
     camera = args.camera or (cameras[0] if cameras else None)
-    # Resampled: shards drawn with replacement, endlessly, so --steps is not bound to the epoch size.
+    # Resampled: shards drawn with replacement, endlessly, so --steps is not bound to the epoch
+    # size.
     dataset = make_loader(
         args.dataset,
         cameras=[camera] if camera else [],

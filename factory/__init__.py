@@ -1,8 +1,6 @@
 """The orchestrator: CLI, scene specs, simulation adapter, pipeline, reports."""
 
-import os
+from factory._gl import use_default_gl
 
-# Offscreen rendering needs its GL backend chosen before mujoco is first imported, by
-# whichever module gets there first: Mesa's EGL by default (osmesa also works).
-os.environ.setdefault("MUJOCO_GL", "egl")
-os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+# Before any module of the package can import mujoco: the one place MUJOCO_GL's default is set.
+use_default_gl()

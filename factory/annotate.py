@@ -71,7 +71,8 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
     except UserError as err:
         if demo.env_name and not spec.task.env.startswith(demo.env_name):
             raise UserError(
-                f"{err} (the demo was recorded in {demo.env_name}, the spec's env is {spec.task.env})"
+                f"{err} (the demo was recorded in {demo.env_name}, "
+                f"the spec's env is {spec.task.env})"
             ) from None
         raise
     involved = [
@@ -100,7 +101,8 @@ def segment_starts(
     bodies: Sequence[int],
     xpos: np.ndarray,
 ) -> tuple[int, ...]:
-    """Where each subtask's segment starts: at the previous end, or after the person is done with other things.
+    """Where each subtask's segment starts: at the previous end, or once the person is done with
+    other things.
 
     A body of no concern to this subtask or the one before it (the other nut, in a one-nut task
     seeded by a two-nut demo) that travels more than OTHER_TRAVEL m inside the segment means the
@@ -131,7 +133,7 @@ def subtask_predicates(subtasks) -> list[Predicate]:
 
 
 def finishing_index(subtasks) -> int | None:
-    """The subtask that ends at the task's success (comes last in every demo), if the spec has one."""
+    """The subtask that ends at the task's success (last in every demo), if the spec has one."""
     found = [i for i, s in enumerate(subtasks) if s.ends_when in (None, "success")]
     return found[0] if found else None
 
@@ -189,7 +191,8 @@ def segment_demo(
             ):  # the task is done: a short tail lets the hand settle; the rest is not this task
                 ends[index] = min(demo.length, int(done[0]) + FINISH_TAIL)
                 reasons[index] = (
-                    f"the task is done ({labels[index]} from step {int(done[0])}), then {FINISH_TAIL} steps"
+                    f"the task is done ({labels[index]} from step {int(done[0])}), "
+                    f"then {FINISH_TAIL} steps"
                 )
             else:
                 ends[index] = demo.length
@@ -197,7 +200,7 @@ def segment_demo(
             break
         if position + 1 < len(firsts):
             limit = firsts[position + 1]
-        else:  # next is the finishing subtask: up to where the task is done, after this one happened
+        else:  # next is the finishing subtask: up to where the task is done, after this one
             done = runs[finishing] if finishing is not None else np.array([], dtype=int)
             later = done[done > firsts[position]]
             limit = int(later[0]) if later.size else demo.length
@@ -218,5 +221,6 @@ def segment_demo(
 def _never(demo: SeedDemo, index: int, label: str, start: int):
     raise UserError(
         f"{demo.source}: data/{demo.name}: subtask {index} never ends: {label} does not hold "
-        f"for {MIN_RUN} steps after step {start} of {demo.length}; check the spec's objects and subtasks"
+        f"for {MIN_RUN} steps after step {start} of {demo.length}; "
+        "check the spec's objects and subtasks"
     )

@@ -56,7 +56,8 @@ def format_rows(label: str, length: int, rows: list[dict]) -> str:
     lines = [f"{label}  ({length} steps)"]
     for row in rows:
         lines.append(
-            f"  subtask {row['subtask']}  {row['object']:<12} steps {row['start']:>5} .. {row['end']:<5}"
+            f"  subtask {row['subtask']}  {row['object']:<12} "
+            f"steps {row['start']:>5} .. {row['end']:<5}"
             f"  ends: {row['reason']}"
         )
     return "\n".join(lines)

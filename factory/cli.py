@@ -1,6 +1,8 @@
 """The `factory` command.
 
     factory validate scene_specs/stack.yaml
+    factory validate scene_specs/cube_bowl.yaml --still out/stills   # + one PNG per camera
+    factory spec-help [generation.transit]   # what a spec field means; --write: schema, README
     factory annotate scene_specs/stack.yaml [--plot out/annotate]
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
@@ -12,6 +14,7 @@
     factory seeds scene_specs/lift_lowdim.yaml --out out/lift-seeds        # the human seed demos as a dataset
     factory train-eval out/lift_lowdim --spec scene_specs/lift_lowdim.yaml   # BC policy: rollout success, JSON
     factory script scene_specs/pick_place_can.yaml --out demo.hdf5 [--demos 3] [--seed 0]  # seeds from waypoints
+    factory collect scene_specs/cube_bowl.yaml --out demo.hdf5 [--demos 5]   # teleoperation
 
 Bad input (a spec, a seed file, an output directory) prints one line naming
 the file, the field and what was expected, and exits with code 2.
@@ -25,7 +28,7 @@ import sys
 import threading
 from pathlib import Path
 
-from factory.errors import SpecError, UserError
+from factory.errors import USER_FACING_ERRORS, SpecError, UserError
 
 
 def _int_at_least(lowest: int):
@@ -54,8 +57,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("validate", help="check a scene spec (YAML, seed demos, env, cameras)")
+    p = sub.add_parser(
+        "validate",
+        help="check a scene spec (YAML, seed demos, env, cameras)",
+        description="Check a scene spec: its YAML and fields, then its seed demos, env and "
+        "cameras. Every field is described by `factory spec-help [FIELD]`.",
+    )
     p.add_argument("spec", type=Path)
+    p.add_argument(
+        "--still", type=Path, metavar="DIR", help="also render one PNG per camera into DIR"
+    )
+
+    p = sub.add_parser(
+        "spec-help",
+        help="describe the spec's fields (type, default, meaning); write its JSON Schema",
+        description="Describe the scene spec's fields, from the descriptions in its models.",
+    )
+    p.add_argument(
+        "field",
+        nargs="?",
+        help="a section or dotted field, e.g. generation or generation.transit; none: all",
+    )
+    p.add_argument("--json-schema", action="store_true", help="print the spec's JSON Schema")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="write scene_specs/schema.json and the README's spec tables (run in the repo root)",
+    )
 
     p = sub.add_parser(
         "annotate", help="show where each subtask starts and ends in each seed demo, and why"
@@ -152,6 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no line per try on stderr")
 
     p = sub.add_parser(
+        "collect", help="record seed demos by teleoperation in robosuite's viewer (robosuite hdf5)"
+    )
+    p.add_argument("spec", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="a new .hdf5 file")
+    p.add_argument("--demos", type=_positive_int, default=1, help="successful demos to record")
+    p.add_argument("--device", choices=("keyboard", "spacemouse"), default="keyboard")
+
+    p = sub.add_parser(
         "train-eval",
         help="train a behaviour-cloning policy on a dataset and report its rollout success",
     )
@@ -172,8 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_train_eval_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per TrainEvalConfig field, with its default and comment as help."""
-    from factory.train_eval import TrainEvalConfig
+    """One flag per TrainEvalConfig field; its description and default are the flag's help."""
+    from factory.train_eval_config import TrainEvalConfig
 
     for name, field in TrainEvalConfig.model_fields.items():
         flag, kind = f"--{name.replace('_', '-')}", field.annotation
@@ -183,7 +219,7 @@ def _add_train_eval_flags(p: argparse.ArgumentParser) -> None:
                 action=argparse.BooleanOptionalAction,
                 default=None,
                 dest=f"cfg_{name}",
-                help=f"default: {'on' if field.default else 'off'}",
+                help=f"{field.description} (default: {'on' if field.default else 'off'})",
             )
             continue
         parse = (
@@ -195,7 +231,7 @@ def _add_train_eval_flags(p: argparse.ArgumentParser) -> None:
             default=None,
             dest=f"cfg_{name}",
             metavar=name.upper(),
-            help=f"default: {field.default}",
+            help=f"{field.description} (default: {field.default})",
         )
 
 
@@ -210,6 +246,7 @@ def _check(
     path: Path, overrides: dict | None = None, out_dir: Path | None = None, truncate: bool = False
 ):
     """load_spec (pure), the output directory check and the texture model check (cheap)."""
+    from factory.adapters import texture_bank_params
     from factory.run import check_output_dir
     from factory.spec import load_spec
     from generators.texture_bank import check_texture_model
@@ -224,7 +261,7 @@ def _check(
     if (
         bank is not None
     ):  # the model must be on disk unless the bank is already made (reads no weights)
-        check_texture_model(bank, target, spec_path=spec.path)
+        check_texture_model(texture_bank_params(bank), target, spec_path=spec.path)
     return spec
 
 
@@ -251,6 +288,27 @@ def cmd_validate(args) -> int:
         f"ok: {args.spec}: {spec.name} ({spec.task.env}, {spec.task.robot}), {len(resolved.demos)} seed demos, "
         f"{len(spec.subtasks)} subtasks (ends per demo: {ends}), cameras: {cams}"
     )
+    if args.still is not None:  # only once everything validated: a bad spec writes nothing
+        from factory.stills import write_stills
+
+        for path in write_stills(resolved.scene, args.still):
+            print(f"still: {path}")
+    return 0
+
+
+def cmd_collect(args) -> int:
+    from factory.collect import collect, make_device
+    from factory.spec import load_spec
+
+    spec = load_spec(args.spec)
+    lengths = collect(
+        spec,
+        args.out,
+        args.demos,
+        lambda env: make_device(args.device, env),
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(json.dumps({"out": str(args.out), "demos": len(lengths), "lengths": lengths}))
     return 0
 
 
@@ -352,6 +410,7 @@ def cmd_export(args) -> int:
 
 def cmd_verify(args) -> int:
     from factory.output_dir import load_generation, require_dataset_info
+    from shards.format import DatasetError
     from shards.verify import verify_dataset
 
     require_dataset_info(args.dataset)  # like inspect and run: a folder without it is no dataset
@@ -360,7 +419,7 @@ def cmd_verify(args) -> int:
     problems = verify_dataset(args.dataset)
     try:
         load_generation(args.dataset)
-    except ValueError as err:  # DatasetError; UnicodeDecodeError of a binary file
+    except (DatasetError, UnicodeDecodeError) as err:  # UnicodeDecodeError: a binary file
         problems.append(str(err))
     if (args.dataset / "textures").is_dir():  # a generative texture bank (appearance.textures.bank)
         from generators.texture_bank import verify_texture_bank
@@ -442,7 +501,8 @@ def cmd_script(args) -> int:
 def cmd_train_eval(args) -> int:
     from pydantic import ValidationError
 
-    from factory.train_eval import TrainEvalConfig, train_eval
+    from factory.train_eval import train_eval
+    from factory.train_eval_config import TrainEvalConfig
 
     values = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     try:
@@ -474,8 +534,22 @@ def cmd_train_eval(args) -> int:
     return 0
 
 
+def cmd_spec_help(args) -> int:
+    from factory import spec_docs
+
+    if args.write:
+        for path in spec_docs.write_docs(Path.cwd()):
+            print(f"wrote {path}")
+    elif args.json_schema:
+        print(spec_docs.schema_text(), end="")
+    else:
+        print(spec_docs.spec_help(args.field))
+    return 0
+
+
 COMMANDS = {
     "validate": cmd_validate,
+    "spec-help": cmd_spec_help,
     "annotate": cmd_annotate,
     "run": cmd_run,
     "preview": cmd_preview,
@@ -485,6 +559,7 @@ COMMANDS = {
     "seeds": cmd_seeds,
     "train-eval": cmd_train_eval,
     "script": cmd_script,
+    "collect": cmd_collect,
 }
 
 
@@ -518,16 +593,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args) -> int:
-    from shards.format import DatasetError
+    """Run the command; the one place where errors become what the user sees.
 
-    if args.command not in ("verify", "inspect", "export", "preview"):  # those never step MuJoCo
+    Every user-facing error (`factory.errors.USER_FACING_ERRORS`: factory's, the dataset
+    format's, the cluster's, the generators') is one `error: ...` line on stderr, exit 2.
+    """
+    never_step = ("verify", "inspect", "export", "preview", "spec-help")
+    if args.command not in never_step:  # those never step MuJoCo
         from factory.mujoco_log import route_mujoco_warnings
 
         route_mujoco_warnings()
     try:
         return COMMANDS[args.command](args)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except USER_FACING_ERRORS as err:
+        print(f"error: {user_message(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
         print(
@@ -535,10 +614,10 @@ def _main(args) -> int:
             file=sys.stderr,
         )
         return 143 if isinstance(err, Terminated) or _signals else 130
-    except (
-        OSError,
-        DatasetError,
-    ) as err:  # a file the checks above missed: still one line, not a traceback
+    except BrokenPipeError:  # `factory inspect DIR | head`: the reader left; not an error
+        _silence_stdout()
+        return 141  # what a shell reports for a process ended by SIGPIPE (128 + 13)
+    except OSError as err:  # a file the checks above missed: still one line, not a traceback
         where = f"{err.filename}: " if getattr(err, "filename", None) else ""
         text = (
             getattr(err, "strerror", None)
@@ -546,6 +625,28 @@ def _main(args) -> int:
         )
         print(f"error: {where}{text}", file=sys.stderr)
         return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout replaced by an object without a descriptor (tests)
+        pass
+    finally:
+        os.close(devnull)
+
+
+def user_message(err: BaseException) -> str:
+    """A user-facing error's text on one line (a Ray task error's: what the worker raised)."""
+    cause = getattr(err, "cause", None)  # ray.exceptions.RayTaskError wraps the worker's error
+    if isinstance(cause, USER_FACING_ERRORS):
+        err = cause
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return " ".join(lines) if lines else type(err).__name__
 
 
 if __name__ == "__main__":

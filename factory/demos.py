@@ -79,7 +79,7 @@ def _read_demo(path: Path, group: h5py.Group, name: str, env_name: str) -> SeedD
 
 
 def _fixture_poses(path: Path, group: h5py.Group, name: str) -> dict[str, list[float]] | None:
-    """`fixture_poses` (JSON, written by `factory script`): poses of fixtures robosuite re-draws at reset."""
+    """`fixture_poses` (JSON, by `factory script`): fixtures' poses that robosuite re-draws."""
     text = group.attrs.get("fixture_poses")
     if text is None:
         return None

@@ -1,6 +1,17 @@
-"""Errors a user can fix. The CLI prints them as one line and exits with code 2."""
+"""Errors a user can fix. The CLI prints them as one line and exits with code 2.
+
+`factory` raises `UserError` (and `SpecError`); the libraries it drives import nothing of
+`factory` and raise their own: the dataset format's `DatasetError` (exports: `ExportError`),
+the cluster's `ClusterError`, the generators' `GeneratorError` (the texture bank's
+`TextureBankError`). `USER_FACING_ERRORS` lists the roots; `factory.cli.main` catches them
+all in one place and nothing converts one into another on the way.
+"""
 
 from __future__ import annotations
+
+from cluster.errors import ClusterError
+from generators.errors import GeneratorError
+from shards.format import DatasetError
 
 
 class UserError(Exception):
@@ -19,3 +30,16 @@ class SpecError(UserError):
         super().__init__(
             f"{self.where}: {field}: {message}" if field else f"{self.where}: {message}"
         )
+
+
+class DatasetWriteError(UserError):
+    """The driver could not write a dataset file (disk full, read-only): one line, naming it."""
+
+
+# Every error a user can fix, whichever layer raised it: one `error:` line, exit 2.
+USER_FACING_ERRORS: tuple[type[Exception], ...] = (
+    UserError,
+    DatasetError,
+    ClusterError,
+    GeneratorError,
+)

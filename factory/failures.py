@@ -1,4 +1,4 @@
-"""Failed attempts you can look at: a run keeps a few per shard, `factory preview --failures` draws them.
+"""Failed attempts to look at: a run keeps a few per shard, `factory preview --failures` draws them.
 
     run_shard: failed Attempt ──► save_failures ──► DIR/failures/shard-000042.npz
         (MuJoCo states [T, N] float64 and a JSON caption per failure; no pickle)
@@ -97,7 +97,8 @@ def caption(failure: Failure, spec) -> str:
     where = ""
     if failure.failed_subtask is not None and failure.failed_subtask < len(spec.subtasks):
         sub = spec.subtasks[failure.failed_subtask]
-        where = f" in subtask {failure.failed_subtask} ({sub.object}, ends when {sub.ends_when or 'success'})"
+        ends = sub.ends_when or "success"
+        where = f" in subtask {failure.failed_subtask} ({sub.object}, ends when {ends})"
     disturbed = failure.provenance.get("disturbed_in_transit")
     extra = (
         f"; transit disturbed {', '.join(o for d in disturbed for o in d['objects'])}"

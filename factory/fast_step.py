@@ -35,7 +35,7 @@ class Unsupported(Exception):
 
 
 class FastStepper:
-    """Steps a single-arm, fixed-base robosuite env exactly like `env.step`, without observations."""
+    """Steps a single-arm, fixed-base robosuite env exactly like `env.step`, minus observations."""
 
     def __init__(self, env):
         if len(env.robots) != 1 or not env.lite_physics:

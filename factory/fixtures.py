@@ -32,7 +32,8 @@ FINE = (np.linspace(-0.008, 0.008, 9), np.linspace(-0.04, 0.04, 9))
 
 
 def infer_fixture_poses(scene, demo: SeedDemo) -> dict[str, list[float]]:
-    """Poses of the scene's re-drawn fixtures that best explain `demo` (the model's own when nothing does).
+    """Poses of the scene's re-drawn fixtures that best explain `demo` (the model's own when
+    nothing does).
 
     Returns body name -> [x, y, z, qw, qx, qy, qz], as `Scene.fixture_poses` does.
     """

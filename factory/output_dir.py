@@ -1,9 +1,12 @@
 """The output directory of `factory run`: what it holds, and what a run may do with it.
 
-    DIR missing, empty, or what a run that stopped early leaves (.lock, empty shards/)  ──► a new dataset
-    DIR holding this spec's dataset                                                   ──► resume / extend
-    DIR holding another spec's dataset, `factory seeds` output, anything else          ──► refused
-    resume that would drop finished shards (fewer attempts, a lower --successes)      ──► refused
+    DIR missing, empty, or what a run that stopped early leaves
+        (.lock, empty shards/)                                          ──► a new dataset
+    DIR holding this spec's dataset                                     ──► resume / extend
+    DIR holding another spec's dataset, `factory seeds` output,
+        anything else                                                   ──► refused
+    resume that would drop finished shards
+        (fewer attempts, a lower --successes)                           ──► refused
     (`factory seeds` output and dropped shards: replaced with --truncate)
 
 `factory run` decides under DIR/.lock (factory/run.py); the same checks run once before
@@ -43,12 +46,13 @@ _SHARD_NAME = re.compile(r"shard-(\d+)\.tar")
 
 
 def require_dataset_info(dataset_dir: Path, advice: str = "") -> dict:
-    """DIR/dataset_info.json; a one-line UserError (with `advice` after it) if missing or unreadable."""
+    """DIR/dataset_info.json; a one-line error (with `advice` after it) if missing or unreadable:
+    `UserError` when there is none (no dataset), `DatasetError` when it is malformed."""
     tail = f"; {advice}" if advice else ""
     try:
         info = load_dataset_info(dataset_dir)
-    except DatasetError as err:
-        raise UserError(f"{dataset_dir}: unreadable dataset_info.json ({err}){tail}") from None
+    except DatasetError as err:  # the same class, with the directory and the advice added
+        raise DatasetError(f"{dataset_dir}: unreadable dataset_info.json ({err}){tail}") from None
     if info is None:
         raise UserError(f"{dataset_dir}: not a demofactory dataset (no dataset_info.json){tail}")
     return info
@@ -112,8 +116,10 @@ def check_output_dir(out_dir: Path, spec: SceneSpec, truncate: bool = False) -> 
         )
     if info.get("source") == SEEDS_SOURCE and not truncate:
         raise UserError(
-            f"{out_dir}: holds the human seed demos written by `factory seeds`; `factory run` would "
-            "replace them with generated episodes: pass --truncate to replace them, or choose another --out"
+            f"{out_dir}: holds the human seed demos written by `factory seeds`; "
+            "`factory run` would replace them with generated episodes: "
+            "pass --truncate to replace them, "
+            "or choose another --out"
         )
     if info.get("spec_fingerprint") != spec.fingerprint():
         name = info.get("spec", {}).get("name", "?")
@@ -148,7 +154,8 @@ def task_named(tasks: Sequence[ShardTask], name: str) -> ShardTask | None:
 
 
 def repair_records(out_dir: Path, warn: Callable[[str], None]) -> None:
-    """Set aside a malformed manifest.json or generation.json (kept as NAME.corrupt-TIME) and say so.
+    """Set aside a malformed manifest.json or generation.json (kept as NAME.corrupt-TIME), and
+    say so.
 
     Without them the shards they listed are redone, with the same bytes (shards are
     deterministic), which is the repair; the user's copy is kept for a look.
@@ -161,7 +168,8 @@ def repair_records(out_dir: Path, warn: Callable[[str], None]) -> None:
             aside = path.with_name(f"{name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
             os.replace(path, aside)
             warn(
-                f"{path}: unreadable ({_first_line(err)}); moved to {aside.name}: the shards it listed are redone"
+                f"{path}: unreadable ({_first_line(err)}); moved to {aside.name}: "
+                "the shards it listed are redone"
             )
 
 
@@ -200,7 +208,8 @@ def shards_dropped(
 def refuse_shrinking(
     out_dir: Path, spec: SceneSpec, dropped: list[str], prefix_stops: bool
 ) -> None:
-    """Raise the one-line UserError for a run that would drop `dropped`: why, and the two ways out."""
+    """Raise the one-line UserError for a run that would drop `dropped`: why, and the two ways
+    out."""
     recorded = load_generation(out_dir)["shards"]
     held = max(
         (

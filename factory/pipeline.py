@@ -1,12 +1,15 @@
 """The pipeline: from a validated spec to a dataset directory.
 
     scene spec ──► prepare: build env, load + annotate seed demos (driver, once)
-               ──► plan shards: shard i = attempts [i*k, (i+1)*k), seeds from (spec seed, i, attempt)
+               ──► plan shards: shard i = attempts [i*k, (i+1)*k),
+                     seeds from (spec seed, i, attempt)
                ──► ShardWorker.run_shard per shard (in a Ray actor, or in-process in tests):
                      generate attempts (physics only) ──► successes
-                       ──► per success, K appearance variants: apply look ──► render ──► restore model
+                       ──► per success, K appearance variants:
+                             apply look ──► render ──► restore model
                        ──► write tar (episode a*K + k = variant k of attempt a)
-               ──► driver, per finished shard: generation.json, then manifest.json (the commit point)
+               ──► driver, per finished shard: generation.json, then manifest.json
+                     (the commit point)
                ──► finish: episodes.jsonl, stats.json
 
 A shard's bytes depend only on the spec and its index, so a retried or resumed
@@ -21,10 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from factory.adapters import appearance_params, mimicgen_params
 from factory.annotate import annotate_demo
 from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
 from factory.failures import KEEP_PER_SHARD, save_failures
+from factory.language import episode_language, paint_objects
 from factory.records import AnnotatedDemo, Attempt
 from factory.render import FrameRenderer
 from factory.sim import ACTION_LAYOUT, Scene
@@ -129,7 +134,7 @@ def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
 
 
 def instruction_for(spec: SceneSpec, seed: int) -> str:
-    return spec.instructions[seed % len(spec.instructions)]
+    return episode_language(spec, seed).instruction
 
 
 def failure_kind(reason: str) -> str:
@@ -138,7 +143,8 @@ def failure_kind(reason: str) -> str:
 
 
 class ShardWorker:
-    """Owns one Scene, one renderer and one appearance randomizer for its lifetime; runs whole shards.
+    """Owns one Scene, one renderer and one appearance randomizer for its lifetime; runs whole
+    shards.
 
     The same class runs inside a Ray actor (cluster/) and directly in tests.
     """
@@ -150,8 +156,9 @@ class ShardWorker:
         self.renderer = FrameRenderer(self.scene, spec.cameras, spec.render)
         # Binds the spec's surfaces now (a bad surface fails here); the bank is loaded by run_shard.
         self.appearance = AppearanceRandomizer(
-            spec, self.scene.model, upload=self.renderer.upload_textures
+            appearance_params(spec), self.scene.model, upload=self.renderer.upload_textures
         )
+        self.params = mimicgen_params(spec)
         self._bank_loaded = False
 
     @property
@@ -163,7 +170,7 @@ class ShardWorker:
         plan = AttemptPlan(
             attempt_id, task.index, attempt_seed(self.spec.seed, task.index, attempt_id)
         )
-        return generate_attempt(self.scene, self.demos, plan)
+        return generate_attempt(self.scene, self.demos, plan, self.params)
 
     def draw_variant(self, attempt: Attempt, variant: int) -> AppearanceDraw:
         """The look of variant `variant` of `attempt`: the model as it is for variant 0 when
@@ -180,10 +187,13 @@ class ShardWorker:
         is restored before returning, so physics and later variants never see the change.
         """
         draw = self.draw_variant(attempt, variant)
+        language = episode_language(self.spec, attempt.seed)  # colours drawn per attempt
         self.appearance.apply(draw)
+        unpaint = paint_objects(self.scene, language.rgba)
         try:
             frames = self.renderer.render_frames(attempt.states)
         finally:
+            unpaint()
             # GL copies of restored textures are re-uploaded by the next apply(), once.
             self.appearance.restore(sync=False)
         provenance = {
@@ -192,10 +202,12 @@ class ShardWorker:
             "variant": variant,
             "appearance": draw.to_json(),
         }
+        if self.spec.scene is not None:
+            provenance["language"] = language.to_json()
         return Episode(
             index=attempt.attempt_id * self.variants + variant,
             shard=attempt.shard,
-            instruction=instruction_for(self.spec, attempt.seed),
+            instruction=language.instruction,
             seed=attempt.seed,
             actions=attempt.actions,
             states=attempt.proprio,
@@ -207,7 +219,8 @@ class ShardWorker:
         )
 
     def load_bank(self, dataset_dir: Path) -> None:
-        """Give the randomizer the dataset's texture bank, once per worker (when the spec has one)."""
+        """Give the randomizer the dataset's texture bank, once per worker (when the spec has
+        one)."""
         textures = self.spec.appearance.textures
         if self._bank_loaded or textures is None or textures.bank is None:
             return
@@ -246,7 +259,8 @@ class ShardWorker:
                 successes += 1
                 episodes.extend(self.make_episode(attempt, k) for k in range(self.variants))
             else:
-                # "transit: ..." when a bridging motion disturbed an object first (`factory inspect` shows both)
+                # "transit: ..." when a bridging motion disturbed an object first
+                # (`factory inspect` shows both)
                 failures[f"{failure_phase(attempt)}: {failure_kind(attempt.reason)}"] += 1
                 if len(failed) < KEEP_PER_SHARD:
                     failed.append(attempt)

@@ -2,7 +2,8 @@
 
     proprio [9] (eef pos, eef quat xyzw, gripper qpos)  ─┐
     sim_state [N] (time, qpos, qvel) ─► object poses ────┴─► observation [D] ─► normalize
-        ─► MLP ─► normalized action chunk [H, 7] ─► unnormalize ─► delta OSC actions, gripper in {-1, 1}
+        ─► MLP ─► normalized action chunk [H, 7] ─► unnormalize
+        ─► delta OSC actions, gripper in {-1, 1}
 
 The observation per object: position (3, m, world frame), quaternion (4, wxyz,
 sign chosen so that w >= 0), position relative to the end effector (3, m); then
@@ -35,7 +36,8 @@ class ObsLayout:
     """Where the spec's objects live in a flattened MuJoCo state, and the observation it gives.
 
     objects: spec object names, in spec order.
-    qpos_adr: per object, the qpos address of its free joint (position at adr..adr+2, quat wxyz at +3..+6).
+    qpos_adr: per object, the qpos address of its free joint (position at adr..adr+2,
+        quat wxyz at +3..+6).
     """
 
     objects: tuple[str, ...]
@@ -108,11 +110,12 @@ def mean_std(values: np.ndarray, floor: float = STD_FLOOR) -> tuple[np.ndarray, 
 
 
 class ChunkPolicy(nn.Module):
-    """MLP: observation [B, D] (+ one camera image [B, 3, h, w] float in [0, 1]) -> action chunk [B, H, A].
+    """MLP: observation [B, D] (+ one camera image [B, 3, h, w] in [0, 1]) -> actions [B, H, A].
 
     The normalization of observations and actions is held as buffers. `forward` works in
     normalized units; `act` takes a raw observation (and uint8 image) and returns raw actions.
-    With `image_shape`, a small CNN turns the image into IMAGE_FEATURES features joined to the observation.
+    With `image_shape`, a small CNN turns the image into IMAGE_FEATURES features joined to the
+    observation.
     """
 
     def __init__(
@@ -179,8 +182,10 @@ class ChunkPolicy(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, image: np.ndarray | None = None) -> np.ndarray:
-        """One raw observation [D] (and image [h, w, 3] uint8) -> raw actions [H, A] float64 (not yet
-        clipped or thresholded)."""
+        """One raw observation [D] (and image [h, w, 3] uint8) -> raw actions [H, A] float64.
+
+        Not yet clipped or thresholded.
+        """
         x = self.normalize_obs(torch.as_tensor(obs, dtype=torch.float32)[None])
         pixels = (
             None
@@ -201,7 +206,7 @@ def masked_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> t
 
 
 def finalize_action(action: np.ndarray) -> np.ndarray:
-    """A predicted raw action [A] -> one the controller takes: arm dims clipped to [-1, 1], gripper +-1."""
+    """A raw predicted action [A] -> what the controller takes: arm in [-1, 1], gripper +-1."""
     out = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
     out[-1] = 1.0 if action[-1] > 0 else -1.0
     return out

@@ -1,6 +1,7 @@
 """The live display of `factory run`: one tqdm line on stderr, over attempts.
 
-    generating:  40%|████      | shards 4/10 · attempts 20/50 · successes 9 (45%) · 5.4 ep/min · ETA 3m20s · workers 2
+    generating:  40%|████      | shards 4/10 · attempts 20/50 · successes 9 (45%) · 5.4 ep/min
+                                    · ETA 3m20s · workers 2      (one line on the terminal)
 
 Rates and the ETA count only what this run did (shards kept from an earlier run are in
 the totals, not in the rates). `format_progress` is the whole text; the bar only shows it.

@@ -44,7 +44,7 @@ class CameraViews:
 
 @dataclass(frozen=True)
 class EpisodeFrames:
-    """Encoded frames of an episode: camera -> T frames, per kind (cameras without a kind absent)."""
+    """Encoded frames of an episode: camera -> T frames, per kind (absent for kinds not asked)."""
 
     images: dict[str, list[bytes]] = field(default_factory=dict)  # JPEG
     depth: dict[str, list[bytes]] = field(default_factory=dict)  # 16-bit PNG, millimetres
@@ -110,7 +110,7 @@ class FrameRenderer:
         return {cam.name: self._render_camera(cam, extras=False).rgb for cam in self.cameras}
 
     def render_views(self) -> dict[str, CameraViews]:
-        """RGB, and depth and labels where the camera asks, of the scene's current state, per camera."""
+        """RGB (and depth, labels where asked) of the scene's current state, per camera."""
         return {cam.name: self._render_camera(cam, extras=True) for cam in self.cameras}
 
     def _render_camera(self, cam: CameraSpec, extras: bool) -> CameraViews:

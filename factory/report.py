@@ -6,17 +6,17 @@ from pathlib import Path
 
 from factory.errors import UserError
 from factory.output_dir import GENERATION_FILENAME, load_generation
-from shards import DatasetError, load_dataset_info, load_manifest
+from shards import load_dataset_info, load_manifest
 
 
 def summarize(dataset_dir: Path) -> dict:
-    """Attempts, successes, episodes, steps, shards, bytes, cameras and wall time of a dataset."""
-    try:
-        info = load_dataset_info(dataset_dir)
-        manifest = load_manifest(dataset_dir)
-        generation = load_generation(dataset_dir)
-    except (DatasetError, ValueError) as err:
-        raise UserError(f"{dataset_dir}: not a readable dataset ({err})") from None
+    """Attempts, successes, episodes, steps, shards, bytes, cameras and wall time of a dataset.
+
+    A malformed file raises `DatasetError` naming it (the CLI prints it as one line).
+    """
+    info = load_dataset_info(dataset_dir)
+    manifest = load_manifest(dataset_dir)
+    generation = load_generation(dataset_dir)
     if info is None:
         raise UserError(f"{dataset_dir}: not a demofactory dataset (no dataset_info.json)")
     listed = {s.name for s in manifest.shards}
@@ -84,7 +84,10 @@ def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
 def format_summary(summary: dict) -> str:
     """A few aligned lines for people."""
     if summary["attempts"] is None:
-        unknown = f"unknown: {GENERATION_FILENAME} is missing (run the same `factory run` again to rebuild it)"
+        unknown = (
+            f"unknown: {GENERATION_FILENAME} is missing "
+            "(run the same `factory run` again to rebuild it)"
+        )
         counts = [("attempts", unknown), ("successes", "unknown")]
     else:
         counts = [
@@ -110,7 +113,8 @@ def format_summary(summary: dict) -> str:
         rows.append(
             (
                 f"subtask {row['index']}",
-                f"{row['ends_when']:<22} reached {row['reached']:>5}  failed {row['failed']:>5}  retries {row['retries']:>5}",
+                f"{row['ends_when']:<22} reached {row['reached']:>5}  "
+                f"failed {row['failed']:>5}  retries {row['retries']:>5}",
             )
         )
     width = max(len(k) for k, _ in rows)

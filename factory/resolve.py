@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from factory.adapters import mimicgen_params, placement_params
 from factory.errors import SpecError
 from factory.pipeline import prepare_demos
 from factory.records import AnnotatedDemo
 from factory.sim import Scene
 from factory.spec import SceneSpec
 from generators.mimicgen import sample_placement
+from generators.params import MimicGenParams
 
 
 @dataclass
@@ -25,6 +27,11 @@ class Resolved:
     spec: SceneSpec
     scene: Scene
     demos: list[AnnotatedDemo]
+
+    @property
+    def params(self) -> MimicGenParams:
+        """The spec as `generators.mimicgen.generate_attempt` takes it."""
+        return mimicgen_params(self.spec)
 
 
 def resolve_spec(spec: SceneSpec) -> Resolved:
@@ -51,7 +58,8 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
             raise SpecError(
                 spec.path,
                 f"cameras[{i}].name",
-                f"unknown camera {cam.name!r} in the {spec.task.env} model (expected one of: {', '.join(cameras)})",
+                f"unknown camera {cam.name!r} in the {spec.task.env} model "
+                f"(expected one of: {', '.join(cameras)})",
             )
     demos = prepare_demos(spec, scene)
     if demos:
@@ -75,21 +83,23 @@ def check_placement(spec: SceneSpec, scene: Scene, start_xy: dict[str, np.ndarra
                 raise SpecError(
                     spec.path,
                     f"placement.objects.{name}.{axis}",
-                    f"[{lo}, {hi}] moves {name} off the table ({axis} from {start + lo:.2f} to {start + hi:.2f} m, "
-                    f"the table spans {low_edge:.2f} to {high_edge:.2f} m); expected offsets within "
+                    f"[{lo}, {hi}] moves {name} off the table ({axis} from {start + lo:.2f} to "
+                    f"{start + hi:.2f} m, the table spans {low_edge:.2f} to {high_edge:.2f} m); "
+                    "expected offsets within "
                     f"[{low_edge - start:.2f}, {high_edge - start:.2f}]",
                 )
     separation = spec.placement.min_separation
     if separation > 0 and set(spec.placement.objects) <= set(start_xy):
         try:  # the sampler generation uses, with many more draws than an attempt gets
-            sample_placement(spec.placement, start_xy, np.random.default_rng(0), max_tries=2000)
+            draws = placement_params(spec.placement)
+            sample_placement(draws, start_xy, np.random.default_rng(0), max_tries=2000)
         except RuntimeError:
             raise SpecError(
                 spec.path,
                 "placement.min_separation",
-                f"{separation} m cannot be met: no placement within placement.objects' ranges keeps "
-                "every pair of objects that far apart (2000 draws); expected a smaller distance "
-                "or wider ranges",
+                f"{separation} m cannot be met: no placement within placement.objects' ranges "
+                "keeps every pair of objects that far apart (2000 draws); expected a smaller "
+                "distance or wider ranges",
             ) from None
 
 
@@ -108,7 +118,7 @@ def _check_names(spec: SceneSpec) -> None:
     import robosuite
 
     envs = sorted(robosuite.ALL_ENVIRONMENTS)
-    if spec.task.env not in envs:
+    if spec.scene is None and spec.task.env not in envs:  # a scene: section builds its own
         raise SpecError(
             spec.path,
             "task.env",

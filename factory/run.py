@@ -27,7 +27,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from factory.errors import SpecError, UserError
+from factory.adapters import texture_bank_params
+from factory.errors import DatasetWriteError, SpecError, UserError
 from factory.output_dir import (
     GENERATION_FILENAME,
     LOCK_FILENAME,
@@ -47,6 +48,7 @@ from factory.progress import ProgressState, RunProgress
 from factory.resolve import Resolved, resolve_spec
 from factory.sim import ACTION_LAYOUT, PROPRIO_LAYOUT
 from factory.spec import SceneSpec
+from factory.worker_factory import ShardWorkerFactory
 from generators.texture_bank import ensure_texture_bank
 from shards import (
     DatasetError,
@@ -146,10 +148,6 @@ def finished_results(
     return done
 
 
-class DatasetWriteError(UserError):
-    """The driver could not write a dataset file (disk full, read-only): one line, naming the file."""
-
-
 class DatasetRecorder:
     """Driver-side bookkeeping: finished shards are entered in generation.json, then the manifest.
 
@@ -184,7 +182,8 @@ class DatasetRecorder:
             self.commit()
 
     def commit(self) -> None:
-        """Write generation.json, then manifest.json (last: a shard counts only once listed there)."""
+        """Write generation.json, then manifest.json (last: a shard counts only once listed
+        there)."""
         if not self._pending:
             return
         start = self._clock()
@@ -209,7 +208,8 @@ class DatasetRecorder:
         except OSError as err:
             text = f"[Errno {err.errno}] {err.strerror}" if err.errno else str(err)
             raise DatasetWriteError(
-                f"{self.out_dir / name}: cannot write: {text}; shards listed in manifest.json are kept: "
+                f"{self.out_dir / name}: cannot write: {text}; "
+                "shards listed in manifest.json are kept: "
                 "fix this and run the same command again to resume"
             ) from None
 
@@ -271,7 +271,8 @@ def lock_output_dir(out_dir: Path):
         holder = handle.read().strip() or "another process"
         handle.close()
         raise UserError(
-            f"{out_dir}: another `factory run` is writing this dataset ({holder}); wait for it or choose another --out"
+            f"{out_dir}: another `factory run` is writing this dataset ({holder}); "
+            "wait for it or choose another --out"
         ) from None
     except OSError as err:  # a file system without locks (some NFS set-ups): run, but say so
         print(
@@ -286,7 +287,8 @@ def lock_output_dir(out_dir: Path):
 
 
 def gpus_per_worker(spec: SceneSpec) -> float:
-    """GPUs per Ray actor: $DEMOFACTORY_GPUS_PER_WORKER, else the spec's render.gpus_per_worker (0: CPU)."""
+    """GPUs per Ray actor: $DEMOFACTORY_GPUS_PER_WORKER, else the spec's
+    render.gpus_per_worker (0: CPU)."""
     text = os.environ.get(GPUS_ENV)
     if text is not None:
         try:
@@ -329,7 +331,9 @@ def run_dataset(
     ):
         resolving = pool.submit(resolve_spec, spec)
         cluster = (
-            stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=left))
+            stack.enter_context(
+                ShardCluster(ShardWorkerFactory(spec), out_dir, config, max_workers=left)
+            )
             if left
             else None
         )
@@ -353,7 +357,8 @@ def run_dataset(
 def _shards_left(
     out_dir: Path, spec: SceneSpec, tasks: Sequence[ShardTask], truncate: bool = False
 ) -> int:
-    """A quick look (no checksums, no lock) at how many shards a resumed run has left: 0 starts no cluster.
+    """A quick look (no checksums, no lock) at how many shards a resumed run has left: 0 starts
+    no cluster.
 
     A run that would shrink the dataset is refused here already (and again under the lock).
     """
@@ -402,7 +407,8 @@ def _run_locked(
     save_dataset_info(out_dir, dataset_info(spec, resolved.scene.state_size))
     bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
     if bank is not None:  # once per dataset, before any worker needs it; reused when complete
-        ensure_texture_bank(bank, out_dir, spec_path=spec.path, progress=show_progress)
+        params = texture_bank_params(bank)
+        ensure_texture_bank(params, out_dir, spec_path=spec.path, progress=show_progress)
     recorder = DatasetRecorder(out_dir, done)
     if dropped:  # --truncate: unlisted first, then removed
         recorder.discard(dropped)
@@ -437,7 +443,8 @@ def _run_locked(
         if left and cluster is None:  # the quick look missed a damaged shard
             from cluster.runner import ShardCluster
 
-            cluster = stack.enter_context(ShardCluster(spec, out_dir, config, max_workers=left))
+            workers = ShardWorkerFactory(spec)
+            cluster = stack.enter_context(ShardCluster(workers, out_dir, config, max_workers=left))
         try:
             if left:
                 cluster.run(

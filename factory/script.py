@@ -30,6 +30,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from factory.adapters import placement_params
 from factory.errors import SpecError, UserError
 from factory.sim import Placement, Scene
 from factory.spec import SceneSpec, WaypointSpec
@@ -166,13 +167,14 @@ def _placement(scene: Scene, base: np.ndarray, index: int, attempt: int, seed: i
         return Placement({})
     scene.set_state(base)
     start_xy = {name: scene.object_pose(name)[:2, 3] for name in scene.spec.objects}
-    return sample_placement(scene.spec.placement, start_xy, np.random.default_rng(seed))
+    draws = placement_params(scene.spec.placement)
+    return sample_placement(draws, start_xy, np.random.default_rng(seed))
 
 
 def record_demo(
     scene: Scene, index: int, base: np.ndarray, log: Callable[[str], None] = lambda line: None
 ) -> ScriptedDemo:
-    """Demo `index` of the spec's script from the `base` layout: tries placements until one succeeds."""
+    """Demo `index` of the spec's script from the `base` layout; tries placements till one works."""
     spec = scene.spec
     script = spec.script
     reasons = []
@@ -198,7 +200,8 @@ def record_demo(
         spec.path,
         "script.waypoints",
         f"demo {index}: the task's success did not hold after {script.tries} tries "
-        f"(last: {reasons[-1]}); check the waypoints against the objects' sizes and the success check",
+        f"(last: {reasons[-1]}); "
+        "check the waypoints against the objects' sizes and the success check",
     )
 
 
@@ -239,7 +242,7 @@ def check_output(path: Path, force: bool) -> None:
 
 
 def env_info(spec: SceneSpec) -> str:
-    """data.attrs["env_info"]: the JSON robosuite's collection script writes (env, robot, controller)."""
+    """data.attrs["env_info"]: the JSON robosuite's collection script writes (env, robot, ...)."""
     from robosuite.controllers import load_composite_controller_config
 
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)

@@ -1,10 +1,12 @@
-"""`factory seeds`: a spec's human seed demos written as a dataset, in the same format as generated ones.
+"""`factory seeds`: a spec's human seed demos written as a dataset, in the generated ones' format.
 
     factory seeds scene_specs/lift_lowdim.yaml --out out/lift-seeds
 
     seed demo hdf5 (states [T, N], actions [T, 7]) ──► restore each state in the spec's Scene
-        ──► proprio [T, 9] (eef pos, eef quat xyzw, gripper qpos), sim_state [T, N], the spec's cameras
-        ──► Episode ──► write_shard (one shard) ──► dataset_info, episodes.jsonl, stats.json, manifest.json
+        ──► proprio [T, 9] (eef pos, eef quat xyzw, gripper qpos), sim_state [T, N],
+            the spec's cameras
+        ──► Episode ──► write_shard (one shard)
+        ──► dataset_info, episodes.jsonl, stats.json, manifest.json
 
 The actions are the human's recorded commands, unchanged; the states are the
 recorded MuJoCo states (the ground truth), so a policy trained on this dataset
@@ -19,12 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from factory.errors import UserError
+from factory.language import episode_language, paint_objects
 from factory.records import SeedDemo
 from factory.render import FrameRenderer
 from factory.resolve import Resolved
 from factory.run import dataset_info
 from factory.sim import Scene
 from shards import (
+    DatasetError,
     Episode,
     load_dataset_info,
     save_dataset_info,
@@ -36,15 +40,15 @@ SOURCE_MARK = "seed_demos"  # dataset_info.json "source" of a dataset written he
 
 
 def check_seeds_dir(out_dir: Path, fingerprint: str) -> None:
-    """Refuse an output directory that holds anything but this spec's seed dataset (which is rewritten)."""
+    """Refuse an output directory holding anything but this spec's seed dataset (rewritten)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: output path exists and is not a directory")
     if not out_dir.exists() or not any(out_dir.iterdir()):
         return
     try:
         info = load_dataset_info(out_dir)
-    except ValueError as err:
-        raise UserError(
+    except DatasetError as err:  # the same class, with the way out added
+        raise DatasetError(
             f"{out_dir}: unreadable dataset_info.json ({err}); choose another --out"
         ) from None
     if (
@@ -59,7 +63,7 @@ def check_seeds_dir(out_dir: Path, fingerprint: str) -> None:
 
 
 def seed_episode(scene: Scene, renderer: FrameRenderer, demo: SeedDemo, index: int) -> Episode:
-    """Replay one seed demo's states in `scene`: proprio and sim states per step, frames per camera."""
+    """Replay one seed demo's states in `scene`: proprio, sim states per step, frames per camera."""
     scene.reset(demo.fixture_poses)
     proprio = np.empty((demo.length, 9), dtype=np.float32)
     sim_states = np.empty((demo.length, scene.state_size), dtype=np.float64)
@@ -67,12 +71,17 @@ def seed_episode(scene: Scene, renderer: FrameRenderer, demo: SeedDemo, index: i
         scene.set_state(state)
         proprio[t] = scene.proprio()
         sim_states[t] = scene.get_state()
-    spec = scene.spec
-    frames = renderer.render_frames(demo.states)
+    # A scene's palette colours are drawn as in generation (seeded by the index) and rendered.
+    language = episode_language(scene.spec, index)
+    unpaint = paint_objects(scene, language.rgba)
+    try:
+        frames = renderer.render_frames(demo.states)
+    finally:
+        unpaint()
     return Episode(
         index=index,
         shard=0,
-        instruction=spec.instructions[index % len(spec.instructions)],
+        instruction=language.instruction,
         seed=index,
         actions=demo.actions.astype(np.float32),
         states=proprio,

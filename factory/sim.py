@@ -6,27 +6,23 @@ with cameras off; rendering restores recorded states into the same model.
 
 from __future__ import annotations
 
-import os
+# MUJOCO_GL's default was set when the `factory` package was imported (factory/_gl.py).
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-# Offscreen rendering must be chosen before robosuite (and so mujoco's GL) is imported.
-os.environ.setdefault("MUJOCO_GL", "egl")
-os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+import mujoco
+import numpy as np
 
-import logging  # noqa: E402
-from collections.abc import Mapping, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from factory.errors import SpecError
+from factory.spec import SceneSpec, TaskSpec
+from generators.poses import make_pose, mat_to_quat
+from generators.predicates import Predicate, parse_predicate
 
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-
-from factory.errors import SpecError  # noqa: E402
-from factory.predicates import Predicate, parse_predicate  # noqa: E402
-from factory.spec import SceneSpec, TaskSpec  # noqa: E402
-from generators.poses import make_pose, mat_to_quat  # noqa: E402
+# The layouts and Placement belong to the generators' scene protocol, which this Scene implements.
+from generators.scene_api import ACTION_LAYOUT, PROPRIO_LAYOUT, Placement  # noqa: F401
 
 GRASP_MARGIN = 0.003  # metres between each finger pad and the object for `grasped`
-PROPRIO_LAYOUT = (("eef_pos", 3), ("eef_quat_xyzw", 4), ("gripper_qpos", 2))
-ACTION_LAYOUT = (("delta_pos", 3), ("delta_axis_angle", 3), ("gripper", 1))
 
 
 # robosuite logs a page of warnings at import and per env (no private macro file, unused
@@ -35,11 +31,12 @@ ACTION_LAYOUT = (("delta_pos", 3), ("delta_axis_angle", 3), ("gripper", 1))
 logging.getLogger("robosuite_logs").addFilter(lambda record: record.levelno >= logging.ERROR)
 
 
-def make_env(task: TaskSpec, model_seed: int = 0):
+def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     """A robosuite env for generation: no cameras, no renderer, deterministic resets.
 
     robosuite draws some object sizes (Lift's cube) from the env's RNG when it builds
     the model; a fixed seed gives every worker the same model, hence the same physics.
+    `scene`: the arguments of a spec's `scene:` env (`factory.scene_build.env_kwargs`).
     """
     import robosuite
     from robosuite.controllers import load_composite_controller_config
@@ -59,6 +56,7 @@ def make_env(task: TaskSpec, model_seed: int = 0):
         hard_reset=False,  # keep one MjModel for the env's lifetime: renderers stay valid
         initialization_noise=None,  # initial robot pose comes from the seed demo, not robosuite's RNG
         seed=model_seed,
+        **scene,
     )
 
 
@@ -82,16 +80,6 @@ class Snapshot:
     gripper_action: np.ndarray  # robosuite's speed-limited gripper command
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Offsets applied to objects' start poses: name -> (dx, dy, dyaw), metres and radians."""
-
-    offsets: Mapping[str, tuple[float, float, float]]
-
-    def to_json(self) -> dict:
-        return {k: [round(float(x), 6) for x in v] for k, v in self.offsets.items()}
-
-
 def _turn_quat(quat: np.ndarray, yaw: float) -> np.ndarray:
     """`quat` (wxyz) turned by `yaw` radians about the world z axis."""
     turn = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
@@ -103,9 +91,13 @@ def _turn_quat(quat: np.ndarray, yaw: float) -> np.ndarray:
 class Scene:
     """A robosuite env plus the spec's object names, with pose and state access."""
 
-    def __init__(self, spec: SceneSpec):
+    def __init__(self, spec: SceneSpec, env=None):
+        """`env`: an env already built from `spec` (teleoperation's, with a viewer); default: one
+        built by `make_env`."""
         self.spec = spec
-        self.env = make_env(spec.task, model_seed=spec.seed)
+        from factory.scene_build import env_kwargs  # a spec's scene: section, if it has one
+
+        self.env = env or make_env(spec.task, model_seed=spec.seed, **env_kwargs(spec))
         self.env.reset()
         self.model: mujoco.MjModel = self.env.sim.model._model
         self.data: mujoco.MjData = self.env.sim.data._data
@@ -132,6 +124,8 @@ class Scene:
         # actions (a restored state does not say); None when unknown.
         self.gripper_closed: bool | None = None
         self._success = parse_predicate(spec.task.success) if spec.task.success else None
+        if spec.scene is not None:  # the scene env's own success check (teleoperation) is ours
+            self.env.success_check = self.success
         self._check_joint_predicates()
         self._fixture_roots = self._reposed_fixtures()
         named = set(self.bodies.values())
@@ -224,7 +218,12 @@ class Scene:
         state[0] = 0.0
         state[1 + self.model.nq :] = 0.0  # start at rest
         self.set_state(state)
-        for name, (dx, dy, dyaw) in placement.offsets.items():
+        offsets = placement.offsets
+        if self.spec.scene is not None:  # an object placed relative to another moves with it
+            from factory.scene_spec import composed_offsets
+
+            offsets = composed_offsets(self.spec.scene, offsets)
+        for name, (dx, dy, dyaw) in offsets.items():
             if self._is_free(self.bodies[name]):
                 self._move_free_body(self.bodies[name], dx, dy, dyaw)
             else:

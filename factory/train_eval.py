@@ -1,20 +1,26 @@
 """`factory train-eval`: train a small behaviour-cloning policy on a dataset, then roll it out.
 
-    factory train-eval out/lift_lowdim --spec scene_specs/lift_lowdim.yaml --rollouts 50 --out report.json
+    factory train-eval out/lift_lowdim --spec scene_specs/lift_lowdim.yaml --rollouts 50 \\
+        --out report.json
 
     dataset shards ──► make_loader(extra_keys=["sim_state"], no normalization), one pass
         ──► observation [N, D] (factory.policy: proprio + object poses from the stored MuJoCo state)
             action_chunk [N, H, 7], action_mask [N, H]          (held in memory: low-dimensional)
         ──► drop idle steps (pauses: nothing moves for the next 8 steps)
-        ──► ChunkPolicy (MLP), masked L1 on normalized chunks, AdamW + cosine schedule, fixed step budget
+        ──► ChunkPolicy (MLP), masked L1 on normalized chunks, AdamW + cosine schedule,
+            fixed step budget
         ──► rollouts in the spec's Scene: the generation's placement sampler and start state,
             evaluation seeds from their own namespace, success = the env's check held for k steps
-        ──► one JSON report: data, training (time, loss curve), evaluation (per rollout seed/success/length)
+        ──► one JSON report: data, training (time, loss curve),
+            evaluation (per rollout seed/success/length)
 
 Evaluation seeds: rollout i draws its placement from `default_rng(eval_seed(spec.seed, i))`, with
 `eval_seed` hashing `SeedSequence(spec.seed, spawn_key=(0xE7A1, i))`. Generation seeds hash
 `SeedSequence([spec.seed, shard, attempt])` (no spawn key), so the two never share a stream; the
 report also checks that no evaluation seed equals a seed in the dataset's episodes.jsonl.
+
+Length (~500 lines): one workflow read top to bottom (load, train, roll out, report); the model
+is in `factory.policy` and the flags in `factory.train_eval_config` already.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field
 
+from factory.adapters import placement_params
 from factory.errors import UserError
 from factory.policy import (
     ChunkPolicy,
@@ -47,57 +53,24 @@ from factory.resolve import Resolved
 from factory.run import require_dataset_info
 from factory.sim import Scene
 from factory.spec import CameraSpec
+from factory.train_eval_config import TrainEvalConfig
 from generators.mimicgen import sample_placement
 from shards import check_shards, load_episodes, load_manifest
 from shards.loader import make_loader
 
-EVAL_NAMESPACE = 0xE7A1  # spawn key of evaluation seeds: disjoint from generation's SeedSequence([seed, shard, attempt])
-SEED_DERIVATION = "eval_seed(spec.seed, i) = hash of SeedSequence(spec.seed, spawn_key=(0xE7A1, i)), i = 0..rollouts-1"
-
-
-class TrainEvalConfig(BaseModel):
-    """Training and evaluation settings; every field has a CLI flag of the same name."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    horizon: int = Field(16, ge=1)  # H: actions predicted per chunk
-    execute: int = Field(
-        8, ge=1
-    )  # actions of each chunk executed before predicting again (<= horizon)
-    temporal_ensemble: float | None = Field(
-        None, ge=0.0
-    )  # ACT's decay m: predict every step, average
-    steps: int = Field(6_000, ge=1)  # gradient steps (the training budget)
-    batch_size: int = Field(256, ge=1)
-    lr: float = Field(1e-3, gt=0.0)  # AdamW peak learning rate, cosine-decayed to 0
-    weight_decay: float = Field(1e-4, ge=0.0)
-    hidden: int = Field(256, ge=1)  # MLP width
-    layers: int = Field(3, ge=1)  # hidden layers
-    rollouts: int = Field(50, ge=0)  # evaluation episodes
-    eval_horizon: int | None = Field(None, ge=1)  # steps per rollout; None: the spec's task.horizon
-    success_hold: int | None = Field(
-        None, ge=1
-    )  # steps success must hold; None: generation.success_hold_steps
-    seed: int = Field(0, ge=0)  # training seed (initialization, batches)
-    threads: int = Field(1, ge=1)  # torch intra-op threads
-    # A camera of the dataset whose frames join the observation through a small CNN (None: low-dim
-    # only). Frames are held in memory (N * 3 * h * w bytes); rollouts render the same camera.
-    camera: str | None = None
-    # Train only on steps where something happens: a step is idle when, over the next `idle_window`
-    # steps, the eef stays within `idle_distance` m, the fingers within 1 mm and the gripper command
-    # does not change. A human's pauses otherwise teach the policy to stand still where it paused.
-    drop_idle: bool = True
-    idle_window: int = Field(8, ge=1)
-    idle_distance: float = Field(0.005, ge=0.0)
-    # Add the step index (divided by task.horizon) to the observation. Without it a memoryless policy
-    # cannot tell a pause from the moment after it (Stack: hold the cube on the other, then release).
-    time_feature: bool = True
+# Spawn key of evaluation seeds: disjoint from generation's SeedSequence([seed, shard, attempt]).
+EVAL_NAMESPACE = 0xE7A1
+SEED_DERIVATION = (
+    "eval_seed(spec.seed, i) = hash of SeedSequence(spec.seed, spawn_key=(0xE7A1, i)), "
+    "i = 0..rollouts-1"
+)
 
 
 @dataclass(frozen=True)
 class TrainingData:
     """A dataset held in memory: obs [N, D] float32, chunks [N, H, 7] float32, masks [N, H] bool,
-    episode [N] int64 (global episode index of each step, steps of an episode adjacent and in order)."""
+    episode [N] int64 (global episode index of each step, steps of an episode adjacent and in
+    order)."""
 
     obs: np.ndarray
     chunks: np.ndarray
@@ -136,17 +109,16 @@ class TrainLog:
 
 def check_dataset(dataset: Path, scene: Scene) -> dict:
     """The dataset's dataset_info.json, checked against the spec's env, and every shard against
-    manifest.json (size, sha256): a damaged shard must not reach training (raises UserError)."""
+    manifest.json (size, sha256): a damaged shard must not reach training (a DatasetError)."""
     info = require_dataset_info(dataset)
-    try:
-        check_shards(dataset, load_manifest(dataset))
-    except ValueError as err:  # DatasetError; UnicodeDecodeError of a binary manifest
-        raise UserError(f"{dataset}: not a readable dataset ({err})") from None
+    check_shards(dataset, load_manifest(dataset))  # a DatasetError names the file
     spec = scene.spec
     if info.get("env") != spec.task.env or info.get("sim_state", {}).get("dim") != scene.state_size:
         raise UserError(
-            f"{dataset}: dataset of {info.get('env')!r} (sim_state dim {info.get('sim_state', {}).get('dim')}), "
-            f"but --spec {spec.path} builds {spec.task.env!r} (state size {scene.state_size}); pass the spec it was made from"
+            f"{dataset}: dataset of {info.get('env')!r} "
+            f"(sim_state dim {info.get('sim_state', {}).get('dim')}), "
+            f"but --spec {spec.path} builds {spec.task.env!r} (state size {scene.state_size}); "
+            "pass the spec it was made from"
         )
     return info
 
@@ -154,7 +126,8 @@ def check_dataset(dataset: Path, scene: Scene) -> dict:
 def load_training_data(
     dataset: Path, layout: ObsLayout, horizon: int, camera: str | None = None, batch: int = 2048
 ) -> TrainingData:
-    """One pass of the streaming loader over `dataset`: observations, raw action chunks, masks (and frames)."""
+    """One pass of the streaming loader over `dataset`: observations, raw action chunks, masks
+    (and frames)."""
     cameras = [camera] if camera is not None else []
     stream = make_loader(
         dataset,
@@ -190,7 +163,8 @@ def load_training_data(
 
 
 def idle_steps(data: TrainingData, window: int, distance: float) -> np.ndarray:
-    """[N] bool: steps after which, for `window` steps of the same episode, nothing moves (see drop_idle).
+    """[N] bool: steps after which, for `window` steps of the same episode, nothing moves
+    (see drop_idle).
 
     Uses the observation's proprio part (eef position, dims 0..2; finger joints, dims 7..8) and
     each step's own gripper command (the chunk's first action, last dim).
@@ -281,7 +255,8 @@ class StartState:
 
 
 def start_state(resolved: Resolved) -> StartState:
-    """The generation's start: `generate_attempt` resets to demos[0]'s first state before placing objects."""
+    """The generation's start: `generate_attempt` resets to demos[0]'s first state before
+    placing objects."""
     first = resolved.demos[0]
     return StartState(
         first.demo.states[0], {name: poses[0][:2, 3] for name, poses in first.object_poses.items()}
@@ -303,7 +278,7 @@ def run_rollout(
     """
     spec = scene.spec
     rng = np.random.default_rng(seed)
-    placement = sample_placement(spec.placement, start.xy, rng)
+    placement = sample_placement(placement_params(spec.placement), start.xy, rng)
     scene.reset_to(start.state, placement)
     horizon = config.eval_horizon or spec.task.horizon
     hold = config.success_hold or spec.generation.success_hold_steps
@@ -386,17 +361,20 @@ def evaluate(
 
 
 def dataset_camera(info: dict, name: str, dataset: Path) -> CameraSpec:
-    """The dataset's camera `name` with its frame size (raises UserError naming the cameras it has)."""
+    """The dataset's camera `name` with its frame size (raises UserError naming the cameras it
+    has)."""
     cameras = {c["name"]: c for c in info.get("cameras", [])}
     if name not in cameras:
         raise UserError(
-            f"--camera {name}: {dataset} has no such camera (it has: {', '.join(cameras) or 'none'})"
+            f"--camera {name}: {dataset} has no such camera "
+            f"(it has: {', '.join(cameras) or 'none'})"
         )
     return CameraSpec(name=name, width=cameras[name]["width"], height=cameras[name]["height"])
 
 
 def camera_view(renderer: FrameRenderer, name: str, jpeg_quality: int) -> np.ndarray:
-    """The current frame of camera `name` [h, w, 3] uint8, through the JPEG round trip the dataset's frames took."""
+    """The current frame of camera `name` [h, w, 3] uint8, through the JPEG round trip the
+    dataset's frames took."""
     frame = renderer.render_current()[name]
     with Image.open(io.BytesIO(encode_jpeg(frame, jpeg_quality))) as image:
         return np.asarray(image.convert("RGB"))
@@ -419,7 +397,8 @@ def train_eval(
         )
     if not resolved.demos:
         raise UserError(
-            f"{resolved.spec.path}: seed_demos: rollouts start from the first seed demo; the spec lists none"
+            f"{resolved.spec.path}: seed_demos: rollouts start from the first seed demo; "
+            "the spec lists none"
         )
     torch.set_num_threads(config.threads)
     scene = resolved.scene
@@ -435,7 +414,8 @@ def train_eval(
         data = data.select(~idle_steps(data, config.idle_window, config.idle_distance))
     load_s = time.perf_counter() - t0
     log(
-        f"loaded {len(data.episodes)} episodes, {total_steps} steps ({total_steps - data.steps} idle dropped) "
+        f"loaded {len(data.episodes)} episodes, {total_steps} steps "
+        f"({total_steps - data.steps} idle dropped) "
         f"in {load_s:.1f} s"
     )
     policy, train = train_policy(data, config, on_log=lambda s, v: log(f"step {s}: loss {v:.4f}"))
@@ -464,7 +444,8 @@ def train_eval(
             config,
             camera_view=view,
             on_rollout=lambda r: log(
-                f"rollout seed {r['seed']}: {'success' if r['success'] else 'failure'} in {r['steps']} steps"
+                f"rollout seed {r['seed']}: {'success' if r['success'] else 'failure'} "
+                f"in {r['steps']} steps"
             ),
         )
     finally:

@@ -1,7 +1,9 @@
-"""Appearance variants: per-episode looks drawn from the spec, applied to the MuJoCo model, then undone.
+"""Appearance variants: per-episode looks drawn from parameters, applied to the model, then undone.
 
-    spec.appearance + rng ──► draw_appearance ──► AppearanceDraw (plain data; provenance["appearance"])
-    AppearanceRandomizer(spec, model, bank, upload), once per worker: binds surfaces, records originals
+    AppearanceParams + rng ──► draw_appearance ──► AppearanceDraw (plain data;
+                                                   provenance["appearance"])
+    AppearanceRandomizer(params, model, bank, upload), once per worker: binds surfaces, records
+                                                   originals
         .apply(draw)  textures written into their model.tex_data slots (then re-uploaded to GL),
                       colours, lights, camera poses
         .restore()    every touched model array back to its original bytes (and GL re-uploaded,
@@ -13,8 +15,9 @@ enters the dynamics, and restore() puts them back before the next physics step a
 Surfaces and how they are found in a robosuite model:
     floor    the geom named "floor"                     (material floorplane)
     walls    geoms whose name starts with "wall"        (material walls_mat)
-    table    geoms of bodies table / bin1 / bin2, legs excepted (table_ceramic; PickPlace's bins: wood)
-    <object> every geom of the spec object's body and the bodies below it
+    table    geoms of bodies table / bin1 / bin2, legs excepted
+             (table_ceramic; PickPlace's bins: wood)
+    <object> every geom of the object's body and the bodies below it
 A geom whose material has a texture gets the drawn image written into that texture. A geom whose
 material has no texture gets the draw's first colour as its material colour (mat_rgba, alpha kept),
 and a geom without material gets it as its geom colour (geom_rgba, alpha kept). Two surfaces sharing
@@ -29,8 +32,8 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from factory.errors import SpecError
-from factory.spec import SceneSpec
+from generators.errors import GeneratorFieldError
+from generators.params import AppearanceParams
 from generators.textures import fit_texture, make_pattern
 
 PATTERN_SIZE = (
@@ -111,7 +114,7 @@ class CameraDraw:
 
 @dataclass(frozen=True)
 class AppearanceDraw:
-    """One variant's look; empty fields leave the model as it is (the default: the original scene)."""
+    """One variant's look; empty fields leave the model as it is (default: the original scene)."""
 
     surfaces: Mapping[str, SurfaceDraw] = field(default_factory=dict)  # surface name -> look
     lights: tuple[
@@ -145,18 +148,18 @@ def variant_rng(spec_seed: int, attempt_seed: int, variant: int) -> np.random.Ge
 
 
 def draw_appearance(
-    spec: SceneSpec, rng: np.random.Generator, *, lights: int = 1, bank_size: int = 0
+    params: AppearanceParams, rng: np.random.Generator, *, lights: int = 1, bank_size: int = 0
 ) -> AppearanceDraw:
-    """Draw one variant from `spec.appearance` (sections left out draw nothing).
+    """Draw one variant from `params` (sections left out draw nothing).
 
     lights: how many lights the model has (each gets its own draw).
-    bank_size: images in the texture bank; with a bank in the spec each surface takes
-        one with chance `textures.bank.share`, else a procedural pattern.
+    bank_size: images in the texture bank; with a bank each surface takes one with
+        chance `textures.bank_share`, else a procedural pattern.
     """
-    app = spec.appearance
+    app = params
     surfaces, light_draws, cameras = {}, (), {}
     if app.textures is not None:
-        share = app.textures.bank.share if app.textures.bank is not None and bank_size > 0 else 0.0
+        share = app.textures.bank_share if bank_size > 0 else 0.0
         surfaces = {
             name: _draw_surface(rng, app.textures.patterns, share, bank_size)
             for name in app.textures.surfaces
@@ -165,11 +168,11 @@ def draw_appearance(
         light_draws = tuple(_draw_light(rng, app.lights) for _ in range(lights))
     if app.camera is not None:
         cameras = {
-            cam.name: CameraDraw(
+            cam: CameraDraw(
                 _round(rng.uniform(-1, 1, 3) * app.camera.position),
                 _round(_random_rotation(rng, app.camera.orientation)),
             )
-            for cam in spec.cameras
+            for cam in app.cameras
         }
     return AppearanceDraw(surfaces, light_draws, cameras)
 
@@ -191,12 +194,12 @@ def _draw_surface(
     )
 
 
-def _draw_light(rng: np.random.Generator, spec) -> LightDraw:
+def _draw_light(rng: np.random.Generator, light) -> LightDraw:
     return LightDraw(
-        position=_round(rng.uniform(-1, 1, 3) * spec.position),
-        direction=_round(_random_rotation(rng, spec.direction)),
-        intensity=round(float(rng.uniform(*spec.intensity)), DECIMALS),
-        color=_round(1.0 + rng.uniform(-1, 1, 3) * spec.color),
+        position=_round(rng.uniform(-1, 1, 3) * light.position),
+        direction=_round(_random_rotation(rng, light.direction)),
+        intensity=round(float(rng.uniform(*light.intensity)), DECIMALS),
+        color=_round(1.0 + rng.uniform(-1, 1, 3) * light.color),
     )
 
 
@@ -230,25 +233,25 @@ class SurfaceBinding:
     geoms: tuple[int, ...]  # its geoms without material: geom_rgba takes colors[0]
 
 
-def bind_surfaces(spec: SceneSpec, model: mujoco.MjModel) -> dict[str, SurfaceBinding]:
-    """Each surface of `appearance.textures.surfaces` found in `model` (raises SpecError if one is not)."""
-    textures = spec.appearance.textures
+def bind_surfaces(params: AppearanceParams, model: mujoco.MjModel) -> dict[str, SurfaceBinding]:
+    """Each surface of `textures.surfaces` found in `model` (GeneratorFieldError if one is not)."""
+    textures = params.textures
     if textures is None:
         return {}
     bindings = {}
     for i, name in enumerate(textures.surfaces):
-        geoms = _surface_geoms(spec, model, name)
+        geoms = _surface_geoms(params, model, name)
         if not geoms:
-            raise SpecError(
-                spec.path,
+            raise GeneratorFieldError(
+                params.where,
                 f"appearance.textures.surfaces[{i}]",
-                f"no geoms for surface {name!r} in the {spec.task.env} model",
+                f"no geoms for surface {name!r} in the {params.env} model",
             )
         bindings[name] = _binding(model, name, geoms)
     return bindings
 
 
-def _surface_geoms(spec: SceneSpec, model: mujoco.MjModel, surface: str) -> list[int]:
+def _surface_geoms(params: AppearanceParams, model: mujoco.MjModel, surface: str) -> list[int]:
     names = [
         mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) or "" for g in range(model.ngeom)
     ]
@@ -261,7 +264,7 @@ def _surface_geoms(spec: SceneSpec, model: mujoco.MjModel, surface: str) -> list
             -1
         }
         return [g for g, n in enumerate(names) if model.geom_bodyid[g] in bodies and "leg" not in n]
-    root = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, spec.objects[surface])
+    root = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, params.objects[surface])
     return [
         g
         for g in range(model.ngeom)
@@ -304,15 +307,15 @@ class AppearanceRandomizer:
 
     def __init__(
         self,
-        spec: SceneSpec,
+        params: AppearanceParams,
         model: mujoco.MjModel,
         bank: Sequence[np.ndarray] = (),
         upload: Callable[[Sequence[int]], None] | None = None,
     ):
-        self.spec, self.model, self.upload = spec, model, upload
+        self.params, self.model, self.upload = params, model, upload
         self.bank = list(bank)
-        self.surfaces = bind_surfaces(spec, model)
-        self.cameras = {c.name: _camera_id(model, c.name) for c in spec.cameras}
+        self.surfaces = bind_surfaces(params, model)
+        self.cameras = {name: _camera_id(model, name) for name in params.cameras}
         # Originals, recorded once: what restore() writes back.
         self._tex = {
             t: _tex_slot(model, t).copy() for s in self.surfaces.values() for t in s.textures
@@ -324,7 +327,7 @@ class AppearanceRandomizer:
 
     def draw(self, rng: np.random.Generator) -> AppearanceDraw:
         """`draw_appearance` for this model's lights and this bank."""
-        return draw_appearance(self.spec, rng, lights=self.model.nlight, bank_size=len(self.bank))
+        return draw_appearance(self.params, rng, lights=self.model.nlight, bank_size=len(self.bank))
 
     def apply(self, draw: AppearanceDraw) -> None:
         """Change the model's look to `draw`, GL textures included (call restore() in between)."""
@@ -444,7 +447,7 @@ def _tex_slot(model: mujoco.MjModel, tex: int) -> np.ndarray:
 
 
 def _write_texture(model: mujoco.MjModel, tex: int, image: np.ndarray) -> None:
-    """`image` [S, S, 3] uint8 resized into texture `tex`'s slot (each face of a stacked cube texture)."""
+    """`image` [S, S, 3] uint8 resized into texture `tex`'s slot (each face of a stacked cube)."""
     width, height, channels = (
         int(model.tex_width[tex]),
         int(model.tex_height[tex]),

@@ -11,6 +11,8 @@ One attempt, for each subtask in the order the chosen source demo did them:
 then keep the attempt only if the task's success check holds over its final steps.
 
 Physics only: nothing here renders. Every random draw comes from the attempt's seed.
+The scene is anything with the `generators.scene_api.Scene` methods and the parameters are
+`generators.params.MimicGenParams` (`factory.adapters.mimicgen_params` maps a spec onto them).
 """
 
 from __future__ import annotations
@@ -20,10 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from factory.predicates import parse_predicate
-from factory.records import AnnotatedDemo, Attempt
-from factory.sim import Placement, Scene
-from factory.spec import GenerationSpec, PlacementSpec, SceneSpec
+from generators.params import GenerationParams, MimicGenParams, PlacementParams
 from generators.poses import (
     add_action_noise,
     interpolate_poses,
@@ -33,6 +32,9 @@ from generators.poses import (
     transform_segment,
     transit_over,
 )
+from generators.predicates import parse_predicate
+from generators.records import AnnotatedDemo, Attempt
+from generators.scene_api import ACTION_DIM, PROPRIO_DIM, Placement, Scene
 
 
 @dataclass(frozen=True)
@@ -53,22 +55,22 @@ def attempt_seed(spec_seed: int, shard: int, attempt_id: int) -> int:
 
 
 def sample_placement(
-    spec: PlacementSpec,
+    params: PlacementParams,
     start_xy: dict[str, np.ndarray],
     rng: np.random.Generator,
     max_tries: int = 200,
 ) -> Placement:
-    """Draw offsets for the spec's objects; reject draws that put objects too close."""
+    """Draw offsets for the placed objects; reject draws that put objects too close."""
     for _ in range(max_tries):
         offsets = {
             name: (rng.uniform(*r.x), rng.uniform(*r.y), rng.uniform(*r.yaw))
-            for name, r in spec.objects.items()
+            for name, r in params.objects.items()
         }
-        if spec.min_separation <= 0 or _separated(offsets, start_xy, spec.min_separation):
+        if params.min_separation <= 0 or _separated(offsets, start_xy, params.min_separation):
             return Placement(offsets)
-    names = list(spec.objects)
+    names = list(params.objects)
     raise RuntimeError(
-        f"no placement of {names} with min_separation={spec.min_separation} in {max_tries} draws"
+        f"no placement of {names} with min_separation={params.min_separation} in {max_tries} draws"
     )
 
 
@@ -93,18 +95,18 @@ def select_source(
     candidates: Sequence[AnnotatedDemo],
     position: int,
     scene: Scene,
-    spec: SceneSpec,
+    params: MimicGenParams,
     rng: np.random.Generator,
 ) -> AnnotatedDemo:
     """Pick the source demo for the `position`-th subtask, per `generation.source_selection`."""
-    gen = spec.generation
+    gen = params.generation
     if gen.source_selection == "random" or len(candidates) == 1:
         return candidates[int(rng.integers(len(candidates)))]
     distances = []
     for demo in candidates:
         start, _ = demo.segment(position)
         if gen.source_selection == "nearest_object":
-            obj = spec.subtasks[demo.order[position]].object
+            obj = params.subtasks[demo.order[position]].object
             distances.append(pose_distance(demo.object_poses[obj][start], scene.object_pose(obj)))
         else:
             distances.append(pose_distance(demo.eef_poses[start], scene.eef_pose()))
@@ -129,8 +131,8 @@ class _Recorder:
         if not self.actions:
             return (
                 np.zeros((0, state_size)),
-                np.zeros((0, 9), np.float32),
-                np.zeros((0, 7), np.float32),
+                np.zeros((0, PROPRIO_DIM), np.float32),
+                np.zeros((0, ACTION_DIM), np.float32),
             )
         return (
             np.stack(self.states),
@@ -146,14 +148,15 @@ class _Outcome:
     failed_subtask: int | None = None
 
 
-def generate_attempt(scene: Scene, demos: Sequence[AnnotatedDemo], plan: AttemptPlan) -> Attempt:
+def generate_attempt(
+    scene: Scene, demos: Sequence[AnnotatedDemo], plan: AttemptPlan, params: MimicGenParams
+) -> Attempt:
     """Run one attempt in `scene`; a simulator error is a failed attempt, not a crash."""
-    spec = scene.spec
     rng = np.random.default_rng(plan.seed)
     start_xy = {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}
-    placement = sample_placement(spec.placement, start_xy, rng)
+    placement = sample_placement(params.placement, start_xy, rng)
     rec, outcome = _Recorder(), _Outcome()
-    retries = [0] * len(spec.subtasks)
+    retries = [0] * len(params.subtasks)
     provenance: dict = {"placement": placement.to_json(), "sources": []}
     try:
         scene.reset_to(demos[0].demo.states[0], placement, fixtures=demos[0].fixture_poses)
@@ -161,10 +164,12 @@ def generate_attempt(scene: Scene, demos: Sequence[AnnotatedDemo], plan: Attempt
             provenance["fixtures"] = (
                 scene.fixture_poses()
             )  # what a re-render or a re-simulation needs
-        outcome = _Rollout(scene, demos, rng, rec, retries, provenance).run()
+        outcome = _Rollout(scene, params, demos, rng, rec, retries, provenance).run()
     except Exception as err:  # MuJoCo instabilities and controller errors end this attempt only
         outcome.reason = f"simulator error: {type(err).__name__}: {err}"
-    success = outcome.reason == "" and _held_at_end(rec.success, spec.generation.success_hold_steps)
+    success = outcome.reason == "" and _held_at_end(
+        rec.success, params.generation.success_hold_steps
+    )
     if outcome.reason == "" and not success:
         outcome.reason = "task not done at the end"
         if outcome.failed_subtask is None:
@@ -191,22 +196,27 @@ class _Rollout:
     """The subtask loop of one attempt (state shared by its small steps)."""
 
     def __init__(
-        self, scene: Scene, demos, rng, rec: _Recorder, retries: list[int], provenance: dict
+        self,
+        scene: Scene,
+        params: MimicGenParams,
+        demos,
+        rng,
+        rec: _Recorder,
+        retries: list[int],
+        provenance: dict,
     ):
-        self.scene, self.spec, self.rng, self.rec = scene, scene.spec, rng, rec
-        self.gen: GenerationSpec = scene.spec.generation
+        self.scene, self.params, self.rng, self.rec = scene, params, rng, rec
+        self.gen: GenerationParams = params.generation
         self.retries, self.provenance = retries, provenance
         # A demo too long for the horizon can never give a success: the horizon filters sources.
         bridge = self.gen.interpolation_steps + self.gen.fixed_steps
-        fitting = [
-            d for d in demos if _demo_span(d) + len(d.order) * bridge <= self.spec.task.horizon
-        ]
-        first = select_source(fitting or demos, 0, scene, self.spec, rng)
+        fitting = [d for d in demos if _demo_span(d) + len(d.order) * bridge <= params.horizon]
+        first = select_source(fitting or demos, 0, scene, self.params, rng)
         # Later picks follow the first source's subtask order: only demos with that order qualify.
         self.candidates = [d for d in demos if d.order == first.order]
         self.first, self.order = first, first.order
         self.last_target: np.ndarray | None = None
-        self.held = {name: parse_predicate(f"grasped({name})") for name in self.spec.objects}
+        self.held = {name: parse_predicate(f"grasped({name})") for name in self.params.objects}
         provenance["order"] = list(first.order)
         provenance["reached"] = []
 
@@ -241,12 +251,10 @@ class _Rollout:
                 self.scene.restore(snap)
                 self.rec.truncate(mark)
         if self.gen.subtask_retries:
-            sub = self.spec.subtasks[index]
+            sub = self.params.subtasks[index]
             what = sub.ends_when or "success"
-            return (
-                False,
-                f"subtask {index} failed: {what} did not hold after {self.gen.subtask_retries + 1} tries",
-            )
+            tries = self.gen.subtask_retries + 1
+            return False, f"subtask {index} failed: {what} did not hold after {tries} tries"
         return False, ""
 
     def _source(self, position: int, retry: bool) -> AnnotatedDemo:
@@ -255,7 +263,7 @@ class _Rollout:
         else:
             # Only sources whose segment still fits in the horizon are worth a try.
             room = (
-                self.spec.task.horizon
+                self.params.horizon
                 - len(self.rec)
                 - self.gen.interpolation_steps
                 - self.gen.fixed_steps
@@ -263,7 +271,7 @@ class _Rollout:
             fitting = [
                 d for d in self.candidates if _segment_length(d, position) <= room
             ] or self.candidates
-            source = select_source(fitting, position, self.scene, self.spec, self.rng)
+            source = select_source(fitting, position, self.scene, self.params, self.rng)
         self.provenance["sources"].append(source.demo.label)
         return source
 
@@ -272,23 +280,23 @@ class _Rollout:
             position
         )  # the last: the demo's end, or just after the task is done
         if not last:
-            lo, hi = self.spec.subtasks[index].end_offset
+            lo, hi = self.params.subtasks[index].end_offset
             end = min(end + int(self.rng.integers(lo, hi + 1)), source.demo.length)
         end = max(end, start + 1)
         gen = self.gen
-        obj = self.spec.subtasks[index].object
+        obj = self.params.subtasks[index].object
         origin = (
             self.last_target
             if gen.start_from == "last_target" and self.last_target is not None
             else self.scene.eef_pose()
         )
-        src_obj = source.object_poses[obj][reference_step(self.spec, source, position)]
+        src_obj = source.object_poses[obj][reference_step(self.params, source, position)]
         frame = symmetric_frame(
             self.scene.object_pose(obj),
             src_obj,
             source.eef_poses[start],
             origin,
-            self.spec.symmetry.get(obj, 1),
+            self.params.symmetry.get(obj, 1),
         )
         targets = transform_segment(source.eef_poses[start:end], src_obj, frame)
         if gen.transit == "over" and position > 0:
@@ -297,15 +305,16 @@ class _Rollout:
             way = interpolate_poses(origin, targets[0], gen.interpolation_steps)
         bridge = np.concatenate([way, np.repeat(targets[:1], gen.fixed_steps, axis=0)])
         steps = len(bridge) + len(targets)
-        if len(self.rec) + steps > self.spec.task.horizon:
-            return f"horizon: {len(self.rec) + steps} steps needed, task.horizon is {self.spec.task.horizon}"
+        if len(self.rec) + steps > self.params.horizon:
+            needed = len(self.rec) + steps
+            return f"horizon: {needed} steps needed, task.horizon is {self.params.horizon}"
         grip = source.gripper[start:end]
         noise = gen.action_noise if gen.noise_during_interpolation else 0.0
-        before = {name: self.scene.object_pose(name) for name in self.spec.objects}
+        before = {name: self.scene.object_pose(name) for name in self.params.objects}
         exempt = {obj, *(name for name, held in self.held.items() if self.scene.holds(held))}
         self._drive(bridge, np.full(len(bridge), grip[0]), noise, last)
         moved = disturbed(
-            before, {name: self.scene.object_pose(name) for name in self.spec.objects}, exempt
+            before, {name: self.scene.object_pose(name) for name in self.params.objects}, exempt
         )
         if moved:
             self.provenance.setdefault("disturbed_in_transit", []).append(
@@ -347,7 +356,7 @@ class _Rollout:
     def _check(self, index: int, last: bool) -> bool:
         if last:
             return _held_at_end(self.rec.success, self.gen.success_hold_steps)
-        predicate = self.spec.subtasks[index].ends_when
+        predicate = self.params.subtasks[index].ends_when
         return predicate is None or self.scene.holds(predicate)
 
 
@@ -357,7 +366,8 @@ TRANSIT_MOVE, TRANSIT_TILT = 0.01, 0.2  # metres, radians: an object moved this 
 def disturbed(
     before: dict[str, np.ndarray], after: dict[str, np.ndarray], exempt: set[str]
 ) -> list[str]:
-    """Objects (but the exempt: the reference, anything in the hand) that a bridging motion moved or tipped."""
+    """Objects (but the exempt: the reference, anything in the hand) that a bridging motion
+    moved or tipped."""
     names = []
     for name, pose in before.items():
         if name in exempt:
@@ -370,11 +380,12 @@ def disturbed(
 
 
 def failure_phase(attempt: Attempt) -> str:
-    """ "transit" when a bridging motion disturbed an object before the attempt failed, else "segment"."""
+    """ "transit" when a bridging motion disturbed an object before the attempt failed, else
+    "segment"."""
     return "transit" if attempt.provenance.get("disturbed_in_transit") else "segment"
 
 
-def reference_step(spec: SceneSpec, source: AnnotatedDemo, position: int) -> int:
+def reference_step(params: MimicGenParams, source: AnnotatedDemo, position: int) -> int:
     """The demo step whose reference-object pose a segment is re-targeted from.
 
     MimicGen takes the segment's start. A segment that ends by grasping its own reference object
@@ -383,7 +394,7 @@ def reference_step(spec: SceneSpec, source: AnnotatedDemo, position: int) -> int
     """
     start, _ = source.segment(position)
     index = source.order[position]
-    sub = spec.subtasks[index]
+    sub = params.subtasks[index]
     if sub.ends_when is not None:
         predicate = parse_predicate(sub.ends_when)
         if predicate.name == "grasped" and predicate.objects == (sub.object,):

@@ -1,7 +1,8 @@
 """Generative texture bank: a diffusers text-to-image pipeline fills DIR/textures/ once per dataset.
 
-    bank spec (model, prompts, per_prompt, steps, guidance, size, seed)
-    ──► plan: image j of prompt i, seed from (bank seed, i, j), key = sha256(model, prompt, seed, ...)
+    TextureBankParams (model, prompts, per_prompt, steps, guidance, size, seed)
+    ──► plan: image j of prompt i, seed from (bank seed, i, j),
+        key = sha256(model, prompt, seed, ...)
     ──► per image: in DIR/textures/ already? keep ─► in the shared cache? copy ─► else generate
         (the pipeline is loaded offline, once, only if some image is missing)
     ──► PNGs written atomically (temporary name + rename) ──► DIR/textures/bank.json last
@@ -11,8 +12,12 @@ as MuJoCo materials. Images are tileable: every Conv2d of the UNet and the VAE p
 so the generated image is a function on a torus (no borders; see docs/textures.md).
 
 Nothing is downloaded: the model is a local folder in `save_pretrained` layout or a model id
-already in the Hugging Face cache. A model that cannot be loaded is a `UserError` saying how to
-provide it.
+already in the Hugging Face cache. A model that cannot be loaded is a `TextureModelError` saying
+how to provide it.
+
+Length (~540 lines): planning, the offline model loading (three pipeline families) and the
+circular padding are one contract (a bank's key covers all three); they are kept together so
+that a change to one is seen beside the key it must change.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from factory.errors import SpecError, UserError
-from factory.spec import TextureBankSpec
+from generators.errors import TextureBankError, TextureModelError
+from generators.params import TextureBankParams
 from shards.format import DatasetError, atomic_output, dumps_json, read_json_file, write_text_atomic
 from shards.writer import sha256_file
 
@@ -105,7 +110,7 @@ def image_key(
     return hashlib.sha256(dumps_json(fields).encode()).hexdigest()
 
 
-def plan_textures(bank: TextureBankSpec, *, spec_path: Path | None = None) -> list[TextureJob]:
+def plan_textures(bank: TextureBankParams, *, spec_path: Path | None = None) -> list[TextureJob]:
     """Every image of the bank, prompt-major (the index order of bank.json)."""
     ref = model_ref(bank.model, spec_path)
     jobs = []
@@ -117,7 +122,7 @@ def plan_textures(bank: TextureBankSpec, *, spec_path: Path | None = None) -> li
     return jobs
 
 
-def bank_key(bank: TextureBankSpec, *, spec_path: Path | None = None) -> str:
+def bank_key(bank: TextureBankParams, *, spec_path: Path | None = None) -> str:
     """sha256 hex of the whole bank: its image keys in order (device and `share` left out)."""
     keys = [job.key for job in plan_textures(bank, spec_path=spec_path)]
     return hashlib.sha256("\n".join(keys).encode()).hexdigest()
@@ -140,9 +145,9 @@ def _cached_path(cache: Path | None, key: str) -> Path | None:
 
 
 def missing_textures(
-    bank: TextureBankSpec, dataset_dir: Path | None = None, *, spec_path: Path | None = None
+    bank: TextureBankParams, dataset_dir: Path | None = None, *, spec_path: Path | None = None
 ) -> list[TextureJob]:
-    """The images neither in `dataset_dir/textures/` nor in the shared cache: what must be generated."""
+    """The images neither in `dataset_dir/textures/` nor in the shared cache: what to generate."""
     cache = texture_cache_dir()
     folder = Path(dataset_dir) / BANK_DIRNAME if dataset_dir is not None else None
     missing = []
@@ -157,12 +162,12 @@ def missing_textures(
 
 
 def check_texture_model(
-    bank: TextureBankSpec, dataset_dir: Path | None = None, *, spec_path: Path | None = None
+    bank: TextureBankParams, dataset_dir: Path | None = None, *, spec_path: Path | None = None
 ) -> None:
     """Cheap resolve-time check: if any image must be made, the model must be on disk.
 
     Reads no weights: a local folder must hold model_index.json, a hub id must have its
-    model_index.json in the Hugging Face cache. Raises the same `UserError` as loading.
+    model_index.json in the Hugging Face cache. Raises the same `TextureBankError` as loading.
     """
     if not missing_textures(bank, dataset_dir, spec_path=spec_path):
         return
@@ -191,7 +196,7 @@ def _check_folder(model: str, folder: Path, spec_path: Path | None) -> Path:
 
 
 def ensure_texture_bank(
-    bank: TextureBankSpec,
+    bank: TextureBankParams,
     dataset_dir: Path,
     *,
     spec_path: Path | None = None,
@@ -201,7 +206,7 @@ def ensure_texture_bank(
 
     Writes `dataset_dir/textures/*.png` and `dataset_dir/textures/bank.json` (last). An image
     already in the dataset or in the shared cache under the same key is reused; the pipeline
-    is loaded only when some image is missing, and `UserError` says how to provide a model
+    is loaded only when some image is missing, and `TextureBankError` says how to provide a model
     that cannot be loaded offline.
     """
     folder = Path(dataset_dir) / BANK_DIRNAME
@@ -234,7 +239,7 @@ def ensure_texture_bank(
 def _ensure_image(
     job: TextureJob, folder: Path, cache: Path | None, generator: _LazyGenerator
 ) -> str:
-    """Put the job's PNG in `folder`; return where it came from ("dataset", "cache" or the device)."""
+    """Put the job's PNG in `folder`; return where it came from ("dataset", "cache", a device)."""
     target = folder / job.filename
     if target.is_file():
         return "dataset"
@@ -268,7 +273,7 @@ def _writable_cache() -> Path | None:
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(
+        raise TextureBankError(
             f"{cache}: cannot create the texture cache ({exc.strerror}); set {CACHE_ENV} to a "
             f"writable folder, or {CACHE_ENV}=off"
         ) from exc
@@ -289,7 +294,7 @@ def _index_entry(job: TextureJob, path: Path, made_on: str) -> dict[str, Any]:
 
 
 def _save_index(
-    folder: Path, bank: TextureBankSpec, spec_path: Path | None, entries: list[dict]
+    folder: Path, bank: TextureBankParams, spec_path: Path | None, entries: list[dict]
 ) -> None:
     index = {
         "bank_key": bank_key(bank, spec_path=spec_path),
@@ -359,7 +364,7 @@ def verify_texture_bank(dataset_dir: Path) -> list[str]:
 class _LazyGenerator:
     """Loads the pipeline on the first image that must be made, never on a full cache hit."""
 
-    def __init__(self, bank: TextureBankSpec, spec_path: Path | None):
+    def __init__(self, bank: TextureBankParams, spec_path: Path | None):
         self.bank, self.spec_path = bank, spec_path
         self.pipe: Any = None
         self.made = 0
@@ -395,7 +400,7 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise UserError(
+        raise TextureBankError(
             "appearance.textures.bank.device: cuda asked but torch sees no GPU (use auto or cpu)"
         )
     return device
@@ -406,7 +411,7 @@ def load_texture_pipeline(
 ) -> Any:
     """A diffusers text-to-image pipeline, loaded offline, made tileable, on `device`.
 
-    float16 on cuda, float32 on cpu. Any failure to load is one `UserError` line naming the
+    float16 on cuda, float32 on cpu. Any failure to load is one `TextureBankError` line naming the
     model and how to provide it.
     """
     device = resolve_device(device)
@@ -450,7 +455,7 @@ def make_tileable(pipe: Any) -> int:
     return changed
 
 
-def render_texture(pipe: Any, prompt: str, seed: int, bank: TextureBankSpec) -> np.ndarray:
+def render_texture(pipe: Any, prompt: str, seed: int, bank: TextureBankParams) -> np.ndarray:
     """One image, uint8 [size, size, 3], from a CPU torch.Generator seeded with `seed`.
 
     One image per call: its pixels do not depend on which other images were cached.
@@ -500,20 +505,22 @@ def _diffusers_logging() -> Any:
     return logging
 
 
-def _model_error(model: str, reason: str, spec_path: Path | None) -> UserError:
+def _model_error(model: str, reason: str, spec_path: Path | None) -> TextureModelError:
     if local_model_dir(model, spec_path) is not None:
         how = (
-            f"cannot load {model!r}: {reason}; expected a folder written by `pipe.save_pretrained(FOLDER)` "
-            "(model_index.json, unet/, vae/, text_encoder/, tokenizer/, scheduler/) on a machine that has the model"
+            f"cannot load {model!r}: {reason}; expected a folder written by "
+            "`pipe.save_pretrained(FOLDER)` (model_index.json, unet/, vae/, text_encoder/, "
+            "tokenizer/, scheduler/) on a machine that has the model"
         )
     else:
         how = (
             f"cannot load {model!r} offline ({reason}); download it on a connected machine with "
-            f"`hf download {model}` (older huggingface_hub: `huggingface-cli download {model}`) and copy the "
-            "Hugging Face cache here or point HF_HOME at the copy, or `pipe.save_pretrained(FOLDER)` there and "
-            f"set {MODEL_FIELD} to the folder"
+            f"`hf download {model}` (older huggingface_hub: `huggingface-cli download {model}`) "
+            "and copy the Hugging Face cache here or point HF_HOME at the copy, or "
+            f"`pipe.save_pretrained(FOLDER)` there and set {MODEL_FIELD} to the folder"
         )
-    return SpecError(str(spec_path) if spec_path is not None else "texture bank", MODEL_FIELD, how)
+    where = str(spec_path) if spec_path is not None else "texture bank"
+    return TextureModelError(where, MODEL_FIELD, how)
 
 
 def _first_line(exc: BaseException) -> str:

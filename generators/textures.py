@@ -49,7 +49,8 @@ def _gradient(rng: np.random.Generator, size: int, colors: Colors) -> np.ndarray
 
 
 def _wood(rng: np.random.Generator, size: int, colors: Colors) -> np.ndarray:
-    # Growth rings: distance from a centre off the image, warped by smooth noise, through a sawtooth.
+    # Growth rings: distance from a centre off the image, warped by smooth noise, through a
+    # sawtooth.
     centre = rng.uniform(-1.5, 2.5, size=2)
     rings = rng.uniform(8.0, 30.0)  # rings across the image
     warp = rng.uniform(0.02, 0.1) * _fractal_noise(rng, size, 3, octaves=3)
@@ -70,7 +71,8 @@ PATTERNS: dict[str, PatternFn] = {
 
 
 def make_pattern(name: str, rng: np.random.Generator, size: int, colors: Colors) -> np.ndarray:
-    """A [size, size, 3] uint8 image of pattern `name` mixing the two `colors` ([2, 3] RGB in [0, 1])."""
+    """A [size, size, 3] uint8 image of pattern `name` mixing the two `colors` ([2, 3] RGB in
+    [0, 1])."""
     try:
         fn = PATTERNS[name]
     except KeyError:
@@ -84,7 +86,8 @@ def make_pattern(name: str, rng: np.random.Generator, size: int, colors: Colors)
 
 
 def fit_texture(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """`image` [h, w, 3] resized to [height, width, 3] by nearest neighbour (cheap at any slot size)."""
+    """`image` [h, w, 3] resized to [height, width, 3] by nearest neighbour (cheap at any
+    slot size)."""
     rows = (np.arange(height) * image.shape[0]) // height
     cols = (np.arange(width) * image.shape[1]) // width
     return image[rows][:, cols]
@@ -97,7 +100,8 @@ def _along(size: int, angle: float) -> np.ndarray:
 
 
 def _fractal_noise(rng: np.random.Generator, size: int, base: int, octaves: int) -> np.ndarray:
-    """[size, size] smooth value noise in [0, 1]: `octaves` grids of base * 2**k cells, halving weights."""
+    """[size, size] smooth value noise in [0, 1]: `octaves` grids of base * 2**k cells, halving
+    weights."""
     total, weight_sum = np.zeros((size, size)), 0.0
     for k in range(octaves):
         weight = 0.5**k
@@ -108,7 +112,8 @@ def _fractal_noise(rng: np.random.Generator, size: int, base: int, octaves: int)
 
 
 def _value_noise(rng: np.random.Generator, size: int, cells: int) -> np.ndarray:
-    """Random values on a (cells + 1)^2 grid, interpolated with smoothstep weights to [size, size]."""
+    """Random values on a (cells + 1)^2 grid, interpolated with smoothstep weights to
+    [size, size]."""
     grid = rng.random((cells + 1, cells + 1))
     t = np.arange(size) * cells / size
     i = t.astype(int)

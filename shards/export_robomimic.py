@@ -13,16 +13,18 @@ Layout (robomimic's, https://robomimic.github.io/docs/datasets/overview.html)::
     data/demo_<n>.attrs             num_samples; episode_index, seed, instruction (ours)
     data/demo_<n>/actions           [T, A] float64, the actions as executed
     data/demo_<n>/states            [T, N] float64, flattened MuJoCo states (time, qpos, qvel)
-    data/demo_<n>/rewards           [T] float64: 1 on the last step, else 0 (episodes end in success)
+    data/demo_<n>/rewards           [T] float64: 1 on the last step, else 0 (episodes succeed)
     data/demo_<n>/dones             [T] int64: 1 on the last step, else 0
-    data/demo_<n>/obs/<camera>_image  [T, H, W, 3] uint8, upright (as robomimic's env wrapper returns them)
-    data/demo_<n>/obs/<camera>_depth  [T, H, W, 1] float32 metres, 0 = no reading (cameras with depth;
-                                    robomimic's wrapper also gives real depth in metres)
-    data/demo_<n>/obs/<camera>_seg    [T, H, W, 1] int32 labels as stored (cameras with segmentation;
-                                    the dataset's attrs "seg_mode" says geom/body/object, see shards.format)
+    data/demo_<n>/obs/<camera>_image  [T, H, W, 3] uint8, upright (as robomimic's env wrapper
+                                    returns them)
+    data/demo_<n>/obs/<camera>_depth  [T, H, W, 1] float32 metres, 0 = no reading (cameras with
+                                    depth; robomimic's wrapper also gives real depth in metres)
+    data/demo_<n>/obs/<camera>_seg    [T, H, W, 1] int32 labels as stored (cameras with
+                                    segmentation; the dataset's attrs "seg_mode" says
+                                    geom/body/object, see shards.format)
     data/demo_<n>/obs/robot0_<part> [T, k] float64, state.npy split by dataset_info's state layout
-                                    (eef_pos -> robot0_eef_pos, eef_quat_xyzw -> robot0_eef_quat (x, y, z, w),
-                                    gripper_qpos -> robot0_gripper_qpos)
+                                    (eef_pos -> robot0_eef_pos, eef_quat_xyzw -> robot0_eef_quat
+                                    (x, y, z, w), gripper_qpos -> robot0_gripper_qpos)
 
 Demos are numbered 0..N-1 in the order the shards hold them. No ``next_obs``
 (robomimic's BC-family configs set ``train.hdf5_load_next_obs = False``) and no
@@ -41,8 +43,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from factory.errors import UserError
-from shards.export_lerobot import (
+from shards.export_source import (
     CameraInfo,
     Source,
     SourceEpisode,
@@ -50,7 +51,13 @@ from shards.export_lerobot import (
     load_source,
     read_episodes,
 )
-from shards.format import DatasetError, decode_depth_png, decode_segmentation_png, fsync_path
+from shards.format import (
+    DatasetError,
+    ExportError,
+    decode_depth_png,
+    decode_segmentation_png,
+    fsync_path,
+)
 
 ROBOSUITE_ENV_TYPE = 1  # robomimic's EnvType.ROBOSUITE_TYPE
 # dataset_info's state layout name -> robomimic's observation key (robosuite's robot0_ names)
@@ -66,13 +73,13 @@ def export_robomimic(dataset_dir: Path, out_hdf5: Path) -> dict[str, Any]:
 
     `out_hdf5` must not exist; the file is written under a temporary name beside
     it and renamed once complete, so a failed export leaves nothing. An
-    unreadable dataset or an existing output raises `UserError`. Returns a
+    unreadable dataset raises `DatasetError`, an existing output `ExportError`. Returns a
     summary: out_hdf5, demos, total (steps), env_name, obs_keys.
     """
     source = load_source(dataset_dir)
     out = Path(out_hdf5)
     if out.exists() or out.is_symlink():
-        raise UserError(f"{out}: already exists; choose a new output file")
+        raise ExportError(f"{out}: already exists; choose a new output file")
     env_args = _env_args(source)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -81,9 +88,9 @@ def export_robomimic(dataset_dir: Path, out_hdf5: Path) -> dict[str, Any]:
         fsync_path(tmp)
         os.replace(tmp, out)
         fsync_path(out.parent)
-    except DatasetError as exc:
+    except DatasetError as exc:  # the same class, with the dataset's path in front
         tmp.unlink(missing_ok=True)
-        raise UserError(f"{source.dir}: not a readable dataset ({exc})") from None
+        raise DatasetError(f"{source.dir}: not a readable dataset ({exc})") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -141,7 +148,8 @@ def _write_demo(group: h5py.Group, episode: SourceEpisode, source: Source) -> li
 
 
 def split_state(states: np.ndarray, layout: Sequence[tuple[str, int]]) -> dict[str, np.ndarray]:
-    """[T, S] states -> robomimic observation key -> [T, k] columns, by the layout's (name, size) parts."""
+    """[T, S] states -> robomimic observation key -> [T, k] columns, by the layout's (name, size)
+    parts."""
     parts, start = {}, 0
     for name, size in layout:
         parts[OBS_KEYS.get(name, f"robot0_{name}")] = states[:, start : start + size]
@@ -156,7 +164,7 @@ def _images(frames: Sequence[bytes], camera: CameraInfo) -> np.ndarray:
 def _planes(
     frames: Sequence[bytes], camera: CameraInfo, decode: Callable[[bytes], np.ndarray]
 ) -> np.ndarray:
-    """T single-channel PNGs -> [T, H, W, 1]; a size other than the camera's raises `DatasetError`."""
+    """T single-channel PNGs -> [T, H, W, 1]; a size not the camera's raises `DatasetError`."""
     planes = np.stack([decode(frame) for frame in frames])
     if planes.shape[1:] != (camera.height, camera.width):
         raise DatasetError(
@@ -172,8 +180,9 @@ def _env_args(source: Source) -> dict[str, Any]:
     env_name = task.get("env") or source.info.get("env")
     robot = task.get("robot") or source.info.get("robot")
     if not env_name or not robot:
-        raise UserError(
-            f"{source.dir}: dataset_info.json names no env or robot (spec.task.env, spec.task.robot)"
+        raise ExportError(
+            f"{source.dir}: dataset_info.json names no env or robot "
+            "(spec.task.env, spec.task.robot)"
         )
     version, controller = _robosuite_controller(robot)
     env_kwargs: dict[str, Any] = {
@@ -203,7 +212,8 @@ def _env_args(source: Source) -> dict[str, Any]:
 
 
 def _robosuite_controller(robot: str) -> tuple[str, dict[str, Any]]:
-    """robosuite's version and the controller config generation used (`factory.sim.make_env`: BASIC)."""
+    """robosuite's version and the controller config generation used (`factory.sim.make_env`:
+    BASIC)."""
     logging.getLogger("robosuite_logs").addFilter(
         _errors_only
     )  # the same filter is added once only
@@ -213,7 +223,9 @@ def _robosuite_controller(robot: str) -> tuple[str, dict[str, Any]]:
     try:
         controller = load_composite_controller_config(controller="BASIC", robot=robot)
     except Exception as exc:  # robosuite raises bare Exceptions and ValueErrors for unknown robots
-        raise UserError(f"robosuite has no controller config for robot {robot!r}: {exc}") from None
+        raise ExportError(
+            f"robosuite has no controller config for robot {robot!r}: {exc}"
+        ) from None
     return robosuite.__version__, controller
 
 

@@ -68,11 +68,18 @@ SEGMENTATION_MODES = ("geom", "body", "object")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-class DatasetError(ValueError):
+class DatasetError(Exception):
     """A dataset file that is missing a part, malformed, or inconsistent.
 
-    The message names the file and what is wrong with it.
+    The message names the file and what is wrong with it. The dataset format's own error: not
+    a `ValueError` (a bug's `ValueError` must not pass for a damaged dataset), and printed by
+    the CLI as one `error:` line, exit 2 (`factory.errors.USER_FACING_ERRORS`).
     """
+
+
+class ExportError(DatasetError):
+    """An export that cannot start: the output exists, an option is out of range, a part of
+    the dataset the target format needs is absent. Names the path or option to change."""
 
 
 def sample_key(episode_index: int, step: int) -> str:
@@ -215,7 +222,8 @@ def _checked_images(
         for t, frame in enumerate(frames):
             if not isinstance(frame, (bytes, bytearray)):
                 raise TypeError(
-                    f"Episode.{what}[{camera!r}][{t}] must be {kind} bytes, got {type(frame).__name__}"
+                    f"Episode.{what}[{camera!r}][{t}] must be {kind} bytes, "
+                    f"got {type(frame).__name__}"
                 )
         checked[camera] = tuple(bytes(frame) for frame in frames)
     return checked
@@ -235,7 +243,7 @@ def segmentation_member(camera: str) -> str:
 
 
 def segmentation_bits(mode: str) -> int:
-    """Bits per label on disk: 8 for ``object`` (at most 255 objects), 16 for ``geom`` and ``body``."""
+    """Bits per label on disk: 8 for ``object`` (at most 255 objects), 16 for ``geom``, ``body``."""
     if mode not in SEGMENTATION_MODES:
         raise ValueError(f"segmentation mode must be one of {SEGMENTATION_MODES}, got {mode!r}")
     return 8 if mode == "object" else 16
@@ -256,7 +264,7 @@ def decode_depth_png(data: bytes) -> np.ndarray:
 
 
 def encode_segmentation_png(labels: np.ndarray, bits: int) -> bytes:
-    """[H, W] labels >= 0 -> 8- or 16-bit grayscale PNG; a label that does not fit raises ValueError."""
+    """[H, W] labels >= 0 -> 8- or 16-bit grayscale PNG; ValueError for a label that won't fit."""
     labels = np.asarray(labels)
     if labels.ndim != 2 or bits not in (8, 16):
         raise ValueError(
@@ -275,7 +283,10 @@ def decode_segmentation_png(data: bytes) -> np.ndarray:
 
 
 def png_header(data: bytes) -> tuple[int, int, int, int]:
-    """(width, height, bit depth, colour type) from a PNG's IHDR, without decoding; ValueError if not a PNG."""
+    """(width, height, bit depth, colour type) from a PNG's IHDR, without decoding.
+
+    Raises ValueError for data that is not a PNG.
+    """
     if len(data) < 29 or not data.startswith(PNG_SIGNATURE) or data[12:16] != b"IHDR":
         raise ValueError("not a PNG file")
     return (

@@ -1,8 +1,10 @@
-"""Streaming loader for training: shards -> one sample a time step, with its action chunk, as tensors.
+"""Streaming loader for training: shards -> one sample a time step, with its action chunk.
 
     source: a dataset directory | shard paths or URLs | a brace pattern      resolve_shards
-      -> ShardTask(url, part, parts): this rank/worker's shards             split_shards | resample_shards
-      -> Member(task, name, data): the wanted tar members, in tar order     read_members
+      -> ShardTask(url, part, parts): this rank/worker's shards             split_shards
+                                                                            | resample_shards
+      -> Member(task, name, data): the wanted tar members, in tar order,
+         read by the strict reader (shards.tario)                           read_members
       -> RawSample(task, key, members): one time step                       group_samples
       -> RawEpisode(task, ordinal, samples): one whole episode, checked     group_episodes
       -> RawEpisode: only this split's part of each shard                   select_episodes
@@ -14,9 +16,11 @@
       -> dict of tensors, ready for DataLoader's default collation          to_torch
 
 Each stage is a function from an iterator to an iterator (the webdataset
-style); they and the records between them live in `shards/stages.py`. Action chunks need the rest of the episode; episodes are whole and in
-order inside a shard, so one episode a shard is held in memory at a time (as
-JPEG bytes; frames are decoded only in the last stage).
+style); they and the records between them live in `shards/stages.py` (ShardTask,
+Member and RawSample in `shards/tario.py`). Action chunks need the rest of the
+episode; episodes are whole and in order inside a shard, so one episode a shard
+is held in memory at a time (as JPEG bytes; frames are decoded only in the last
+stage).
 
 Splitting (finite mode). Rank and world size come from torch.distributed when
 it is initialized, else from the RANK/WORLD_SIZE environment variables (which
@@ -165,7 +169,7 @@ class LoaderConfig:
 
 
 class ShardDataset(torch.utils.data.IterableDataset):
-    """The training stream of one dataset; works with `DataLoader(num_workers>=0)` and default collation.
+    """The training stream of one dataset; for `DataLoader(num_workers>=0)`, default collation.
 
     Each item is a dict:
         images:       camera -> uint8 [3, H, W] (or float32 in [0, 1], per `image_dtype`)
@@ -176,7 +180,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
         instruction:  str
         episode:      int, global episode index
         step:         int, t
-        <key>:        for each of `extra_keys` (e.g. "sim_state": [N] float64), this step's array as stored
+        <key>:        for each of `extra_keys` (e.g. "sim_state": [N] float64), this step's
+                      array as stored
     Call `set_epoch(epoch)` before each epoch to change the shard order and
     shuffling (with persistent DataLoader workers the workers keep the epoch
     they started with).
@@ -290,7 +295,8 @@ def make_loader(
     """A `ShardDataset` over `source`; wrap it in `torch.utils.data.DataLoader`.
 
     source:         a dataset directory (its manifest.json lists the shards), a shard path or
-                    URL, a brace pattern (``DIR/shards/shard-{000000..000003}.tar``), or a list of those
+                    URL, a brace pattern (``DIR/shards/shard-{000000..000003}.tar``), or a
+                    list of those
     cameras:        cameras to decode, in order; None: those of dataset_info.json (else every .jpg)
     action_horizon: H, the length of `action_chunk`
     normalization:  "none", "mean_std" or "quantile" (see `Normalizer`), for state and actions
@@ -400,7 +406,7 @@ def _resolve_cameras(
 def _resolve_kind(
     cameras: Sequence[str], info: Mapping[str, Any] | None, kind: str
 ) -> tuple[str, ...]:
-    """Cameras asked for depth or segmentation, checked against dataset_info.json when there is one."""
+    """Cameras asked for depth or segmentation, checked against dataset_info.json if present."""
     if isinstance(cameras, str):
         raise TypeError(f"{kind} must be a list of camera names, got the string {cameras!r}")
     if info is not None:

@@ -78,7 +78,8 @@ def load_manifest(dataset_dir: Path) -> Manifest:
         raise DatasetError(f"{path}: expected an object with keys 'schema_version' and 'shards'")
     if document["schema_version"] != SCHEMA_VERSION:
         raise DatasetError(
-            f"{path}: schema_version is {document['schema_version']!r}, this code reads {SCHEMA_VERSION}"
+            f"{path}: schema_version is {document['schema_version']!r}, "
+            f"this code reads {SCHEMA_VERSION}"
         )
     if not isinstance(document["shards"], list):
         raise DatasetError(f"{path}: 'shards' must be a list")
@@ -112,7 +113,8 @@ def verify_shard(dataset_dir: Path, info: ShardInfo) -> bool:
 
 
 def check_shard(dataset_dir: Path, info: ShardInfo) -> None:
-    """Raise `DatasetError` naming the shard unless ``DIR/shards/<info.name>`` has the manifest's size and sha256.
+    """Raise `DatasetError` naming the shard unless ``DIR/shards/<info.name>`` has the manifest's
+    size and sha256.
 
     Every reader (exports, preview, train-eval) calls it before it uses a shard: a flipped
     byte inside a `.npy` member is a valid tar, and would reach training as a wrong action.

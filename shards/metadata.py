@@ -33,7 +33,8 @@ from shards.format import (
 _LABELS = {
     "geom": "MuJoCo geom id + 1 of the geom seen; 0 = nothing",
     "body": "MuJoCo body id + 1 of the body whose geom is seen (1 = the world body); 0 = nothing",
-    "object": "index 1..n of the spec object seen (its body or a descendant), in `objects` order; 0 = other",
+    "object": "index 1..n of the spec object seen (its body or a descendant), in `objects` order; "
+    "0 = other",
 }
 
 

@@ -33,7 +33,13 @@ from shards.format import (
     decode_segmentation_png,
 )
 from shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
-from shards.tario import iter_tar
+from shards.tario import (  # noqa: F401 (group_samples: re-exported, a stage)
+    Member,
+    RawSample,
+    ShardTask,
+    group_samples,
+    iter_tar,
+)
 
 _ACTION_MEMBER = f"{ACTION_KEY}.npy"
 _STATE_MEMBER = f"{STATE_KEY}.npy"
@@ -42,33 +48,8 @@ _META_FIELDS = frozenset({"episode", "step", "length", "instruction"})
 
 
 # ---------------------------------------------------------------- records between stages
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    """One shard for one split to read: keep episodes whose position % parts == part.
-
-    ordinal numbers the tasks of one stream, so two draws of the same shard differ.
-    """
-
-    url: str
-    part: int = 0
-    parts: int = 1
-    ordinal: int = 0
-
-
-@dataclass(frozen=True)
-class Member:
-    task: ShardTask
-    name: str  # "<key>.<suffix>", e.g. "e00000042_t0007.agentview.jpg"
-    data: bytes
-
-
-@dataclass(frozen=True)
-class RawSample:
-    task: ShardTask
-    key: str
-    members: Mapping[str, bytes]  # suffix ("action.npy", "agentview.jpg", ...) -> bytes
+# ShardTask -> Member -> RawSample are defined by `shards.tario`, the one strict tar reader,
+# which verify, stats and preview share without importing torch.
 
 
 @dataclass(frozen=True)
@@ -132,7 +113,7 @@ class Split:
 
 
 def current_split() -> Split:
-    """This process's rank/world size (torch.distributed, else RANK/WORLD_SIZE) and DataLoader worker."""
+    """This process's rank/world size (torch.distributed, else RANK/WORLD_SIZE) and worker."""
     rank, world_size = 0, 1
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -149,7 +130,7 @@ def current_split() -> Split:
 
 
 def split_shards(urls: Sequence[str], split: Split) -> Iterator[ShardTask]:
-    """Shard URLs -> the tasks of `split`: whole shards, or one part of one shard (see the module doc)."""
+    """Shard URLs -> the tasks of `split`: whole shards, or one part of a shard (see the loader)."""
     n, count, index = len(urls), split.count, split.index
     if n >= count:
         for ordinal, url in enumerate(urls[index::count]):
@@ -184,8 +165,8 @@ def read_members(
     """Tasks -> their shards' members whose suffix `wanted` accepts, in tar order.
 
     URLs are opened with webdataset's `gopen` (paths, file:, pipe:, http(s):) and
-    read by `shards.tario.iter_tar`, which raises `DatasetError` for a corrupt or
-    truncated tar. `expected` maps a URL to its sample count in the manifest, a
+    read by `shards.tario.iter_tar`, which raises `TarFormatError` (a `DatasetError`)
+    for a corrupt or truncated tar. `expected` maps a URL to its sample count in the manifest, a
     second check that also catches a valid tar holding the wrong samples. `check(url)` runs
     before a shard is opened (the loader's: size and sha256 against the manifest).
     """
@@ -206,20 +187,6 @@ def read_members(
                 f"{task.url}: holds {samples} samples, manifest.json lists "
                 f"{expected[task.url]}; the shard is truncated or corrupt (run shards.verify)"
             )
-
-
-def group_samples(members: Iterable[Member]) -> Iterator[RawSample]:
-    """Members -> samples: adjacent members with the same key (up to the first dot) of the same task."""
-    for (task, key), group in itertools.groupby(
-        members, key=lambda m: (m.task, m.name.partition(".")[0])
-    ):
-        parts: dict[str, bytes] = {}
-        for member in group:
-            suffix = member.name.partition(".")[2]
-            if suffix in parts:
-                raise DatasetError(f"{task.url}: member {member.name} appears twice")
-            parts[suffix] = member.data
-        yield RawSample(task, key, parts)
 
 
 def group_episodes(samples: Iterable[RawSample]) -> Iterator[RawEpisode]:
@@ -262,8 +229,8 @@ def decode_episodes(
     extra_keys: Sequence[str] = (),
     pngs: Sequence[str] = (),
 ) -> Iterator[EpisodeArrays]:
-    """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames per camera,
-    and the `extra_keys` members stacked as stored."""
+    """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames
+    per camera, and the `extra_keys` members stacked as stored."""
     for ep in episodes:
         names = cameras if cameras is not None else _jpeg_cameras(ep.samples[0])
         suffixes = [(camera, f"{camera}.jpg") for camera in names]
@@ -303,7 +270,7 @@ def episode_steps(episodes: Iterable[EpisodeArrays], horizon: int) -> Iterator[S
 
 
 def shuffle(samples: Iterable[Any], bufsize: int, rng: np.random.Generator) -> Iterator[Any]:
-    """Samples -> the same samples, each drawn at random from a buffer of `bufsize` (<= 1: unchanged)."""
+    """Samples -> the same samples, each drawn at random from a buffer of `bufsize` (<= 1: kept)."""
     if bufsize <= 1:
         yield from samples
         return
@@ -356,7 +323,8 @@ def _member(sample: RawSample, suffix: str) -> bytes:
         return sample.members[suffix]
     except KeyError:
         raise DatasetError(
-            f"{sample.task.url}: sample {sample.key} has no {suffix}; it has {sorted(sample.members)}"
+            f"{sample.task.url}: sample {sample.key} has no {suffix}; "
+            f"it has {sorted(sample.members)}"
         ) from None
 
 
@@ -372,7 +340,7 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 
 def load_npy(data: bytes) -> np.ndarray:
-    """The bytes of a .npy file -> a read-only array viewing them; like `np.load(allow_pickle=False)`.
+    """The bytes of a .npy file -> a read-only array viewing them, as `np.load(allow_pickle=False)`.
 
     Each distinct header is parsed once (numpy parses it with `ast.literal_eval`,
     which costs more than the rest of reading a small array). Object arrays
@@ -397,7 +365,8 @@ def load_npy(data: bytes) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str, int]:
-    # header: the magic, version, length and dict of a .npy file -> (dtype, shape, "C" or "F", count).
+    # header: the magic, version, length and dict of a .npy file
+    # -> (dtype, shape, "C" or "F", count).
     fp = io.BytesIO(header)
     version = np.lib.format.read_magic(fp)
     read = (
@@ -421,8 +390,9 @@ def _read_meta(sample: RawSample) -> dict[str, Any]:
 
 def _incomplete(last: RawSample, first: Mapping[str, Any], steps: int) -> DatasetError:
     return DatasetError(
-        f"{last.task.url}: episode {first['episode']} ends after {steps} of {first['length']} steps "
-        "at the end of the shard; episodes must be whole inside one shard (run shards.verify)"
+        f"{last.task.url}: episode {first['episode']} ends after {steps} of {first['length']} "
+        "steps at the end of the shard; episodes must be whole inside one shard "
+        "(run shards.verify)"
     )
 
 

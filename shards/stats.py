@@ -1,6 +1,7 @@
 """Normalisation statistics over a whole dataset: mean, std, min, max, q01, q99, count.
 
-    shard names (sorted) -> tar members named <key>.<k>.npy for each requested k (images skipped)
+    shard names (sorted) -> samples (shards.tario, strict), their <key>.<k>.npy members
+      for each requested k (images skipped)
       -> per key: [N, D] float64 of all steps -> KeyStats per dimension -> DIR/stats.json
 
 Statistics are computed exactly over all steps (quantiles need all of them),
@@ -12,7 +13,6 @@ hence the bytes of stats.json, do not depend on the order the names are given.
 from __future__ import annotations
 
 import io
-import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -30,6 +30,7 @@ from shards.format import (
     shards_dir,
     write_text_atomic,
 )
+from shards.tario import read_samples
 
 
 @dataclass(frozen=True)
@@ -96,35 +97,24 @@ def compute_stats(
 
 
 def _read_arrays(path: Path, collected: dict[str, list[np.ndarray]]) -> None:
-    # A stream of tar members; WebDataset's key ends at the first dot, so the
-    # rest of the name is "<k>.npy" for the arrays we want.
+    # The shard's samples through the strict reader (a corrupt tar raises TarFormatError),
+    # keeping only the "<k>.npy" members: WebDataset's key ends at the first dot.
     wanted = {f"{k}.npy": k for k in collected}
-    try:
-        with tarfile.open(path, mode="r:") as tar:
-            _read_members(path, tar, wanted, collected)
-    except tarfile.TarError as exc:
-        raise DatasetError(f"{path}: not a readable tar file: {exc}") from exc
-
-
-def _read_members(
-    path: Path,
-    tar: tarfile.TarFile,
-    wanted: Mapping[str, str],
-    collected: dict[str, list[np.ndarray]],
-) -> None:
-    for member in tar:
-        key = wanted.get(member.name.partition(".")[2])
-        if key is None or not member.isfile():
-            continue
-        array = np.load(io.BytesIO(tar.extractfile(member).read()), allow_pickle=False)
-        rows = collected[key]
-        # Compared with the first array of any shard, so shards must agree too.
-        expected = rows[0].shape if rows else array.shape
-        if array.ndim != 1 or array.shape != expected:
-            raise DatasetError(
-                f"{path}: {member.name} has shape {array.shape}, expected 1-D like {expected}"
-            )
-        rows.append(array)
+    for sample in read_samples(path, wanted.__contains__):
+        for suffix, data in sample.members.items():
+            try:
+                array = np.load(io.BytesIO(data), allow_pickle=False)
+            except ValueError as exc:
+                raise DatasetError(f"{path}: {sample.key}.{suffix}: {exc}") from None
+            rows = collected[wanted[suffix]]
+            # Compared with the first array of any shard, so shards must agree too.
+            expected = rows[0].shape if rows else array.shape
+            if array.ndim != 1 or array.shape != expected:
+                raise DatasetError(
+                    f"{path}: {sample.key}.{suffix} has shape {array.shape}, "
+                    f"expected 1-D like {expected}"
+                )
+            rows.append(array)
 
 
 def _key_stats(values: np.ndarray) -> KeyStats:

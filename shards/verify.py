@@ -1,8 +1,9 @@
 """Check a dataset directory against its own records; every problem is one line naming the file.
 
     manifest.json -> per shard: exists, size, sha256
-      -> read the tar: samples and episodes counted, every episode whole (steps 0..T-1), in order,
-         in one shard, every sample with its members; depth and segmentation PNGs: size, bit depth
+      -> read the tar (shards.tario, strict): samples and episodes counted, every episode
+         whole (steps 0..T-1), in order, in one shard, every sample with its members;
+         depth and segmentation PNGs: size, bit depth
       -> the episodes found vs episodes.jsonl (index, shard, length, instruction, seed)
       -> stats.json vs `compute_stats` over the shards, with a tolerance
 
@@ -13,8 +14,7 @@ for the arrays) and decodes no image (PNG headers only). Needs no torch.
 from __future__ import annotations
 
 import json
-import tarfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from shards.format import (
 from shards.manifest import load_manifest
 from shards.metadata import load_dataset_info, load_episodes
 from shards.stats import KeyStats, compute_stats, load_stats
+from shards.tario import TarFormatError, read_samples
 from shards.writer import ShardInfo, sha256_file
 
 STATS_RTOL = 1e-5
@@ -74,7 +75,7 @@ class FoundEpisode:
 
 
 def verify_dataset(dataset_dir: Path) -> list[str]:
-    """Problems of the dataset in `dataset_dir`, one line each; an empty list means it is consistent.
+    """Problems of the dataset in `dataset_dir`, one line each; an empty list: it is consistent.
 
     Checks every shard in manifest.json (exists, size, sha256, sample and episode
     counts), that every episode is whole (steps 0..length-1), in order and inside
@@ -94,7 +95,8 @@ def verify_dataset(dataset_dir: Path) -> list[str]:
         p.name for p in shards_dir(dataset_dir).glob("*.tar") if p.name not in listed
     ):
         problems.append(
-            f"{_rel(stray)}: not listed in {MANIFEST_FILENAME}: no part of the dataset, yet a glob over "
+            f"{_rel(stray)}: not listed in {MANIFEST_FILENAME}: no part of the dataset, "
+            "yet a glob over "
             f"{SHARDS_DIRNAME}/*.tar would read it; remove it"
         )
     cameras = _members(dataset_dir, problems)
@@ -149,11 +151,17 @@ def _check_shard(
     else:
         scan.changed = False
     try:
-        for key, members in _samples(path):
-            scan.add(key, members)
+        for sample in read_samples(path):  # the strict reader: a corrupt header is an error
+            scan.add(sample.key, sample.members)
         scan.finish()
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        problems.append(f"{where}: not a readable tar file ({exc})")
+    except TarFormatError as exc:
+        problems.append(f"{where}: {exc.reason}")
+        return None
+    except DatasetError as exc:  # a member twice in one sample; the message names the path
+        problems.append(f"{where}: {str(exc).removeprefix(f'{path}: ')}")
+        return None
+    except OSError as exc:
+        problems.append(f"{where}: cannot be read ({exc})")
         return None
     problems += scan.report()
     for what, recorded, actual in (
@@ -163,23 +171,6 @@ def _check_shard(
         if recorded != actual:
             problems.append(f"{where}: holds {actual} {what}, {MANIFEST_FILENAME} says {recorded}")
     return scan
-
-
-def _samples(path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
-    # A stream of (key, {suffix: bytes}) for adjacent members sharing a key.
-    key, members = None, {}
-    with tarfile.open(path, mode="r:") as tar:
-        for info in tar:
-            if not info.isfile():
-                continue
-            name_key, _, suffix = info.name.partition(".")
-            if name_key != key and key is not None:
-                yield key, members
-                members = {}
-            key = name_key
-            members[suffix] = tar.extractfile(info).read()
-    if key is not None:
-        yield key, members
 
 
 @dataclass
@@ -364,7 +355,7 @@ def _check_stats(
         return [f"{STATS_FILENAME}: present but no shard holds a sample"]
     try:
         computed = compute_stats(dataset_dir, shard_names)
-    except (ValueError, OSError, tarfile.TarError) as exc:  # DatasetError is a ValueError
+    except (DatasetError, ValueError, OSError) as exc:  # ValueError: np.load of a bad .npy
         return [f"{STATS_FILENAME}: cannot recompute from the shards: {exc}"]
     problems = []
     for key, fresh in computed.items():

@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports robosuite
+import factory  # noqa: F401 - sets MUJOCO_GL's default (factory/_gl.py) before robosuite loads
+
 # Ray 2.60 otherwise binds its local cluster to a non-loopback address in some containers.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+import contextlib  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
@@ -17,9 +21,93 @@ SPECS = REPO / "scene_specs"
 DEMOS = SPECS / "demos"
 
 
+# --- markers ------------------------------------------------------------------------------------
+# `sim`: builds a robosuite/MuJoCo env; `ray`: starts Ray; `slow`: over ~10 s on 2 cores (see
+# pyproject.toml). `pytest -m "not sim and not ray and not slow"` runs the pure tests in seconds.
+# A test that takes one of these fixtures is marked for it here, so new tests need no marks of
+# their own for them; a test that builds an env or starts Ray in this process without its mark
+# fails (below), so that the pure selection stays pure.
+FIXTURE_MARKS = {
+    "ray_cluster": ("ray", "sim"),  # the session cluster; every test on it runs a Ray worker
+    "lift_dataset": ("ray", "sim"),  # a `factory run` on that cluster
+    # Module fixtures that build a scene (their names mean that wherever they appear here):
+    "lift": ("sim",),
+    "noisy_lift": ("sim",),
+    "stack": ("sim",),
+    "scene": ("sim",),
+    "resolved": ("sim",),
+    "final_state": ("sim",),
+    "variant_shard": ("sim",),
+    "seeds_dataset": ("sim",),
+    # ... or run `factory run` in a subprocess, which starts Ray there.
+    "built": ("sim", "ray"),
+    "failing_dataset": ("sim", "ray"),
+    "two_nodes": ("sim", "ray", "slow"),
+    # A tiny diffusers pipeline built with torch: ~8 s to make, seconds per use.
+    "tiny_model": ("slow",),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marks in FIXTURE_MARKS.items():
+            if fixture in item.fixturenames:
+                for mark in marks:
+                    if item.get_closest_marker(mark) is None:
+                        item.add_marker(mark)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    with _marks_enforced(item):  # fixtures too: a module-scoped one may build the env
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _marks_enforced(item):
+        yield
+
+
+@contextlib.contextmanager
+def _marks_enforced(item):
+    """Fail a test that builds a robosuite env without `sim`, or starts Ray without `ray`.
+
+    Only what runs in this process is seen (a `factory` subprocess is not): mark those by hand.
+    """
+    marked = {m.name for m in item.iter_markers()}
+    patched = []
+    sim, ray = sys.modules.get("factory.sim"), sys.modules.get("ray")
+    if "sim" not in marked and sim is not None:
+        patched.append((sim, "make_env", _refuse("builds a robosuite env", "sim")))
+    if "ray" not in marked and ray is not None and hasattr(ray, "init"):
+        patched.append((ray, "init", _refuse("starts Ray", "ray")))
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patched]
+    for module, name, value in patched:
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+def _refuse(what: str, mark: str):
+    def refuse(*args, **kwargs):
+        pytest.fail(
+            f"this test {what} but is not marked `{mark}`: add `pytestmark = pytest.mark.{mark}` "
+            f"to its module or `@pytest.mark.{mark}` to it (tests/conftest.py explains the marks)",
+            pytrace=False,
+        )
+
+    return refuse
+
+
 def write_spec(path: Path, base: str = "lift.yaml", **changes) -> Path:
     """A shipped spec with top-level sections replaced or merged, seed demos made absolute."""
-    data = yaml.safe_load((SPECS / base).read_text())
+    from factory.spec import load_raw_spec  # resolves `extends:` (lift_lowdim.yaml extends lift)
+
+    data = load_raw_spec(SPECS / base)
     data["seed_demos"] = [str((SPECS / p).resolve()) for p in data["seed_demos"]]
     for key, value in changes.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

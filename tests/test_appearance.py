@@ -1,5 +1,6 @@
-"""Appearance variants on real robosuite scenes: procedural patterns, draws, apply/restore against the
-real MuJoCo model and renderer, physics untouched, and K variants per trajectory through ShardWorker."""
+"""Appearance variants on real robosuite scenes: procedural patterns, draws, apply/restore
+against the real MuJoCo model and renderer, physics untouched, and K variants per trajectory
+through ShardWorker."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from conftest import write_spec
 from PIL import Image
 
+from factory.adapters import appearance_params
 from factory.errors import UserError
 from factory.pipeline import ShardWorker, plan_shards
 from factory.preview import sheet_records
@@ -64,7 +66,7 @@ def test_patterns_are_deterministic_per_seed_and_shaped(name):
     again = make_pattern(name, np.random.default_rng(7), 48, colors)
     assert first.shape == (48, 48, 3) and first.dtype == np.uint8
     assert first.tobytes() == again.tobytes()
-    # Only the two colours (and mixes between them) appear: every pixel is on the segment between them.
+    # Only the two colours (and mixes of them) appear: every pixel is on the segment between them.
     low, high = np.round(colors.min(0) * 255) - 1, np.round(colors.max(0) * 255) + 1
     assert np.all(first >= low) and np.all(first <= high)
     if name != "solid":
@@ -98,9 +100,10 @@ def stack_spec(tmp_path_factory):
 
 
 def test_draws_are_deterministic_json_and_round_trip(stack_spec):
-    draw = draw_appearance(stack_spec, variant_rng(0, 12345, 1), lights=2)
-    assert draw == draw_appearance(stack_spec, variant_rng(0, 12345, 1), lights=2)
-    assert draw != draw_appearance(stack_spec, variant_rng(0, 12345, 2), lights=2)
+    params = appearance_params(stack_spec)
+    draw = draw_appearance(params, variant_rng(0, 12345, 1), lights=2)
+    assert draw == draw_appearance(params, variant_rng(0, 12345, 1), lights=2)
+    assert draw != draw_appearance(params, variant_rng(0, 12345, 2), lights=2)
     data = json.loads(json.dumps(draw.to_json()))
     assert AppearanceDraw.from_json(data) == draw
     assert set(data["surfaces"]) == {"table", "floor", "walls", "cubeA", "cubeB"}
@@ -123,7 +126,9 @@ def test_draws_are_deterministic_json_and_round_trip(stack_spec):
 def stack(stack_spec):
     scene = Scene(stack_spec)
     renderer = FrameRenderer(scene, stack_spec.cameras, stack_spec.render)
-    randomizer = AppearanceRandomizer(stack_spec, scene.model, upload=renderer.upload_textures)
+    randomizer = AppearanceRandomizer(
+        appearance_params(stack_spec), scene.model, upload=renderer.upload_textures
+    )
     yield scene, renderer, randomizer
     renderer.close()
 
@@ -208,7 +213,7 @@ def test_bank_images_are_written_into_the_surface_textures(stack, stack_spec):
     red = np.zeros((16, 16, 3), np.uint8)
     red[..., 0] = 200
     before = _model_bytes(scene)
-    randomizer = AppearanceRandomizer(spec, scene.model, bank=[red])
+    randomizer = AppearanceRandomizer(appearance_params(spec), scene.model, bank=[red])
     draw = randomizer.draw(np.random.default_rng(0))
     assert {look.bank_image for look in draw.surfaces.values()} == {0}
     randomizer.apply(draw)

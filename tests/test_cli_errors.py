@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from factory.spec import load_raw_spec
+
+pytestmark = pytest.mark.sim
+
 REPO = Path(__file__).parents[1]
 SPECS = REPO / "scene_specs"
 DEMOS = SPECS / "demos"
@@ -51,7 +55,7 @@ def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> s
 
 def write_spec(directory: Path, base: str, name: str = "spec.yaml", mutate=None) -> Path:
     """The shipped `base` spec with seed demos made absolute, mutated, written to directory/name."""
-    raw = yaml.safe_load((SPECS / f"{base}.yaml").read_text())
+    raw = load_raw_spec(SPECS / f"{base}.yaml")  # with `extends:` resolved
     raw["seed_demos"] = [str(DEMOS / Path(rel).name) for rel in raw["seed_demos"]]
     if mutate:
         mutate(raw)
@@ -269,3 +273,23 @@ def _set_ends_when(index: int, text: str):
 def test_predicates_that_cannot_work_are_one_line_errors(tmp_path, mutate, fragments):
     spec = write_spec(tmp_path, "lift", mutate=mutate)
     assert_user_error(factory(tmp_path, "validate", spec), *fragments)
+
+
+def test_a_reader_that_leaves_is_not_an_error():
+    """`factory ... | head`: no "error: Broken pipe", no traceback; the shell's SIGPIPE status."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "factory.cli", "spec-help", "--json-schema"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""

@@ -22,13 +22,19 @@ from pathlib import Path
 import pytest
 from conftest import write_spec
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ray.scripts.scripts") is None,
-    reason="`ray start` is unavailable (no ray.scripts)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray.scripts.scripts") is None,
+        reason="`ray start` is unavailable (no ray.scripts)",
+    ),
+    pytest.mark.sim,
+    pytest.mark.ray,
+    pytest.mark.slow,
+]
 
 FACTORY = str(Path(sys.executable).parent / "factory")
-ACTOR = "ray::_ShardActor"  # a worker process's title; `ray::_ShardActor.run_shard` while it runs a shard
+# A worker process's title; `ray::_ShardActor.run_shard` while it runs a shard.
+ACTOR = "ray::_ShardActor"
 
 
 @pytest.fixture(scope="module")
@@ -76,23 +82,23 @@ def two_nodes():
         )  # SIGTERM to each `ray start --block` ended every process of the cluster
 
 
-def factory_run(spec: Path, out: Path, cluster, workers: int = 2, wait: bool = True):
+def factory_run(
+    spec: Path, out: Path, cluster, workers: int = 2, wait: bool = True, address: str = "flag"
+):
+    """`factory run` on `cluster`, its address given as `--address HOST:PORT` ("flag"), in
+    RAY_ADDRESS ("env"), or as `--address auto` with RAY_ADDRESS set (a `ray job submit`)."""
     from cluster.local import driver_env
 
-    cmd = [
-        FACTORY,
-        "run",
-        str(spec),
-        "--out",
-        str(out),
-        "--workers",
-        str(workers),
-        "--address",
-        cluster.address,
-        "--no-progress",
+    cmd = [FACTORY, "run", str(spec), "--out", str(out), "--workers", str(workers)]
+    cmd += {"flag": ["--address", cluster.address], "env": [], "auto": ["--address", "auto"]}[
+        address
     ]
+    env = driver_env()
+    env.pop("RAY_ADDRESS", None)
+    if address != "flag":
+        env["RAY_ADDRESS"] = cluster.address
     proc = subprocess.Popen(
-        cmd, env=driver_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*cmd, "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     if not wait:
         return proc
@@ -137,10 +143,14 @@ def actors(cluster, running: bool = False) -> list[int]:
     return sorted(pid for pid, cmd in cluster.processes().items() if cmd.startswith(title))
 
 
+@pytest.mark.parametrize("address", ["flag", "env", "auto"])
 def test_two_nodes_both_run_shards_and_write_the_single_process_dataset(
-    two_nodes, lowdim_spec, reference, tmp_path
+    two_nodes, lowdim_spec, reference, tmp_path, address
 ):
-    code, stdout, stderr = factory_run(lowdim_spec, tmp_path / "out", two_nodes, workers=2)
+    # Two nodes in generation.json: the run joined this cluster (a local one has one node).
+    code, stdout, stderr = factory_run(
+        lowdim_spec, tmp_path / "out", two_nodes, workers=2, address=address
+    )
     assert code == 0, stderr
     generation = json.loads((tmp_path / "out" / "generation.json").read_text())
     nodes = {entry["node"] for entry in generation["shards"].values()}
@@ -158,7 +168,8 @@ def test_a_worker_killed_mid_shard_is_replaced_and_the_shard_redone(
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
     assert re.search(
-        rf"warning: worker pid {victim} on node \w+ died during shard-\d+\.tar .*the shard is redone",
+        rf"warning: worker pid {victim} on node \w+ died during shard-\d+\.tar "
+        r".*the shard is redone",
         stderr,
     ), stderr
     assert_same_dataset(tmp_path / "out", reference)
@@ -204,7 +215,8 @@ def test_a_full_disk_stops_in_one_line_keeping_finished_shards_and_resumes(
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in stderr, stderr
     assert re.fullmatch(
-        rf"error: {re.escape(str(out.resolve()))}/shards/shard-\d{{6}}\.tar: cannot write the shard: "
+        rf"error: {re.escape(str(out.resolve()))}/shards/shard-\d{{6}}\.tar: "
+        r"cannot write the shard: "
         r"\[Errno 28\] No space left on device; .*run the same command again to resume",
         errors[0],
     ), errors[0]

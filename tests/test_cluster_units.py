@@ -72,7 +72,11 @@ def test_gpu_render_env_selects_egl_on_that_device():
 
 def test_the_actor_module_and_its_arguments_do_not_import_mujoco():
     """The actor picks its EGL device in __init__: mujoco must not be imported before that."""
-    code = "import sys, cluster.runner, factory.spec, factory.records; print(sorted({'mujoco', 'robosuite'} & set(sys.modules)))"
+    # What crosses to the actor: the worker factory (and the spec in it), then the demos.
+    code = (
+        "import sys, cluster.runner, factory.worker_factory, factory.records; "
+        "print(sorted({'mujoco', 'robosuite'} & set(sys.modules)))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     )
@@ -169,7 +173,8 @@ def test_run_progress_counts_events_and_warns_without_a_bar(capsys):
     assert (state.shards_done, state.attempts, state.successes, state.workers) == (2, 4, 2, 2)
     assert (state.attempts_run, state.successes_run) == (2, 1)
     assert capsys.readouterr().err == (
-        "warning: worker pid 12 on node abcd1234 died during shard-000001.tar (x); the shard is redone\n"
+        "warning: worker pid 12 on node abcd1234 died during shard-000001.tar (x); "
+        "the shard is redone\n"
     )
 
 
@@ -299,7 +304,7 @@ def test_rayjob_runs_factory_on_a_head_and_cpu_and_gpu_groups():
         assert {"name": "shared", "mountPath": "/shared"} in mounts  # workers write shards there
 
 
-# --- the reaper of a driver's own local cluster ----------------------------------------------------
+# --- the reaper of a driver's own local cluster -------------------------------------------------
 
 
 def test_the_reaper_ends_the_watched_processes_and_no_others():

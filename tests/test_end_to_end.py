@@ -1,10 +1,10 @@
-"""One real dataset through the whole factory: real demos, robosuite, Ray, tars read back with webdataset."""
+"""One real dataset through the whole factory: real demos, robosuite, Ray, tars read back with
+webdataset."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +15,8 @@ from factory.pipeline import ShardWorker, plan_shards
 from factory.resolve import resolve_spec
 from factory.spec import load_spec
 from shards import load_episodes, load_manifest, load_stats, sha256_file, shards_dir
+
+pytestmark = [pytest.mark.sim, pytest.mark.ray]
 
 
 def _samples(dataset):
@@ -91,14 +93,12 @@ def test_manifest_checksums_and_stats_match_the_data(lift_dataset, samples):
     assert stats.extra["episodes"] == len(load_episodes(lift_dataset))
 
 
-def test_inspect_json_reports_the_success_rate(lift_dataset):
-    out = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "inspect", str(lift_dataset), "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = json.loads(out.stdout)
+def test_inspect_json_reports_the_success_rate(lift_dataset, capsys):
+    from factory.cli import main
+
+    capsys.readouterr()
+    assert main(["inspect", str(lift_dataset), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
     assert report["attempts"] == 4
     assert report["success_rate"] == pytest.approx(report["successes"] / 4)
     assert report["episodes"] == len(load_episodes(lift_dataset)) == report["successes"]
@@ -106,6 +106,7 @@ def test_inspect_json_reports_the_success_rate(lift_dataset):
     assert sum(report["failures"].values()) == 4 - report["successes"]
 
 
+@pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
 def test_a_shard_rewritten_in_one_process_is_byte_identical(lift_dataset, tiny_lift_spec, tmp_path):
     """Shard bytes depend on the spec and the shard index, not on the worker or worker count."""
     spec = load_spec(tiny_lift_spec)
@@ -135,6 +136,7 @@ def test_rerun_resumes_without_redoing_shards(lift_dataset, tiny_lift_spec, ray_
     assert [e.index for e in load_episodes(lift_dataset)] == episodes_before
 
 
+@pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
 def test_more_attempts_extend_the_dataset(lift_dataset, tiny_lift_spec, tmp_path, ray_cluster):
     """Raising --attempts on the same output keeps finished shards and adds new ones."""
     from factory.cli import main
@@ -153,6 +155,7 @@ def test_more_attempts_extend_the_dataset(lift_dataset, tiny_lift_spec, tmp_path
     assert data["generation"]["attempts"] == 4  # the spec file itself is untouched
 
 
+@pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
 def test_generate_until_n_successes_stops_early_and_reports_subtasks(
     tiny_lift_spec, tmp_path, ray_cluster
 ):
@@ -203,6 +206,7 @@ def test_verify_export_and_preview_commands_on_a_real_dataset(lift_dataset, tmp_
     assert shard.name in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
 def test_a_damaged_shard_is_redone_on_rerun(lift_dataset, tiny_lift_spec, tmp_path, ray_cluster):
     """Every shard is listed, so the driver's quick look (no checksums) starts no cluster; the
     checksums under the lock find the damage, and a cluster is started for that shard alone."""

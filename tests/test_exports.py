@@ -15,8 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from factory.errors import UserError
-from shards import Episode, load_stats, shards_dir
+from shards import DatasetError, Episode, load_stats, shards_dir
 from shards.dataset import write_dataset
 from shards.export_lerobot import export_lerobot
 from shards.export_robomimic import export_robomimic
@@ -26,7 +25,8 @@ CAMERAS = {
     "scene": (48, 48),
     "hand": (40, 32),
 }  # name -> (width, height); not the tar's (sorted) order
-# (index, shard, length, instruction): gaps in the indices, two shards, three lengths, two instructions.
+# (index, shard, length, instruction): gaps in the indices, two shards, three lengths, two
+# instructions.
 LIFT, PICK = "lift the red cube", "pick up the red cube"
 EPISODES = ((3, 0, 5, LIFT), (7, 0, 8, PICK), (12, 1, 3, LIFT))
 COLOUR = {
@@ -161,7 +161,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
-def test_lerobot_info_counts_features_and_files(lerobot, dataset):
+def test_lerobot_info_counts_features_and_files(lerobot, dataset, request):
     out, summary = lerobot
     info = _info(out)
     assert (
@@ -195,7 +195,8 @@ def test_lerobot_info_counts_features_and_files(lerobot, dataset):
         )
         assert (feature["info"]["video.width"], feature["info"]["video.height"]) == (width, height)
         assert feature["info"]["video.fps"] == FPS
-    assert summary["data_files"] in (1, 3)  # one file, or one an episode (SPLIT_FILES)
+    split = request.node.callspec.params["lerobot"] == SPLIT_FILES
+    assert summary["data_files"] == (3 if split else 1)  # SPLIT_FILES: one file an episode
     assert len(list((out / "data").rglob("*.parquet"))) == summary["data_files"]
     assert not list(out.parent.glob(".out.tmp-*"))  # the temporary folder was renamed
 
@@ -430,8 +431,8 @@ def _non_empty(tmp_path: Path) -> Path:
         ),
     ],
 )
-def test_refusals_raise_user_error_and_write_nothing(dataset, tmp_path, call, message):
-    with pytest.raises(UserError, match=message):
+def test_refusals_raise_a_dataset_error_and_write_nothing(dataset, tmp_path, call, message):
+    with pytest.raises(DatasetError, match=message):  # ExportError or DatasetError
         call(dataset[0], tmp_path)
     assert sorted(p.name for p in tmp_path.rglob("*")) in ([], ["keep.txt", "taken"])
     if (tmp_path / "taken").exists():
@@ -447,6 +448,6 @@ def test_a_shard_that_disagrees_fails_and_leaves_nothing(tmp_path, to):
     (root / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / ("out" if to == "lerobot" else "out.hdf5")
     export = export_lerobot if to == "lerobot" else export_robomimic
-    with pytest.raises(UserError, match="not a readable dataset.*episodes.jsonl lists"):
+    with pytest.raises(DatasetError, match="not a readable dataset.*episodes.jsonl lists"):
         export(root, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny"]

@@ -1,4 +1,5 @@
-"""Failed attempts are kept per shard and drawn by `factory preview --failures` (real CLI, real run)."""
+"""Failed attempts are kept per shard and drawn by `factory preview --failures` (real CLI, real
+run)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from PIL import Image
 from factory.failures import KEEP_PER_SHARD, load_failures
 from tests.conftest import write_spec
 
+pytestmark = [pytest.mark.sim, pytest.mark.ray]
+
 
 def _factory(cwd: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -26,8 +29,12 @@ def _factory(cwd: Path, *args) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def failing_dataset(tmp_path_factory) -> Path:
-    """Lift, physics only, with so much action noise and so short a horizon that attempts fail."""
+def failing_dataset(tmp_path_factory, ray_cluster) -> Path:
+    """Lift, physics only, with so much action noise and so short a horizon that attempts fail.
+
+    Run in this process on the session's Ray cluster: a process and a Ray start fewer."""
+    from factory.cli import main
+
     root = tmp_path_factory.mktemp("failing")
     spec = write_spec(
         root / "spec.yaml",
@@ -36,8 +43,9 @@ def failing_dataset(tmp_path_factory) -> Path:
         cameras=[],
         generation={"attempts": 3, "attempts_per_shard": 3, "action_noise": 0.6},
     )
-    result = _factory(root, "run", spec, "--out", root / "ds", "--workers", "1", "--no-progress")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        main(["run", str(spec), "--out", str(root / "ds"), "--workers", "1", "--no-progress"]) == 0
+    )
     return root / "ds"
 
 

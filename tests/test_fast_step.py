@@ -10,6 +10,8 @@ from factory.sim import Scene
 from factory.spec import load_spec
 from tests.conftest import SPECS
 
+pytestmark = pytest.mark.sim
+
 
 @pytest.mark.parametrize("spec_name", ["lift.yaml", "stack.yaml", "pick_place_can.yaml"])
 def test_fast_steps_follow_env_step(spec_name):

@@ -38,21 +38,21 @@ def _plan(i: int, seed: int = 0) -> AttemptPlan:
 
 
 def test_the_same_seed_gives_bit_identical_attempts(lift):
-    first = generate_attempt(lift.scene, lift.demos, _plan(0))
-    generate_attempt(lift.scene, lift.demos, _plan(1))  # something else in between
-    again = generate_attempt(lift.scene, lift.demos, _plan(0))
+    first = generate_attempt(lift.scene, lift.demos, _plan(0), lift.params)
+    generate_attempt(lift.scene, lift.demos, _plan(1), lift.params)  # something else in between
+    again = generate_attempt(lift.scene, lift.demos, _plan(0), lift.params)
     assert first.length > 0
     assert np.array_equal(first.states, again.states) and np.array_equal(
         first.actions, again.actions
     )
-    other = generate_attempt(lift.scene, lift.demos, _plan(0, seed=1))
+    other = generate_attempt(lift.scene, lift.demos, _plan(0, seed=1), lift.params)
     assert other.provenance["placement"] != first.provenance["placement"]
 
 
 def test_successful_attempts_end_with_the_task_done(lift):
     attempts = []
     for i in range(4):
-        attempts.append(generate_attempt(lift.scene, lift.demos, _plan(i)))
+        attempts.append(generate_attempt(lift.scene, lift.demos, _plan(i), lift.params))
         assert lift.scene.success() == attempts[-1].success  # judged on the final state
     successes = [a for a in attempts if a.success]
     assert len(successes) >= 2, [a.reason for a in attempts]
@@ -76,7 +76,7 @@ def test_an_error_inside_the_simulator_is_a_failed_attempt(lift, monkeypatch):
         real_step(action)
 
     monkeypatch.setattr(lift.scene, "step", unstable)
-    attempt = generate_attempt(lift.scene, lift.demos, _plan(0))
+    attempt = generate_attempt(lift.scene, lift.demos, _plan(0), lift.params)
     assert not attempt.success
     assert attempt.reason.startswith("simulator error: FloatingPointError")
     assert attempt.length == 5

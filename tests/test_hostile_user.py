@@ -1,9 +1,12 @@
-"""The CLI under a hostile but realistic user (issue 19): nothing lost, nothing hangs, nothing corrupt gets through.
+"""The CLI under a hostile but realistic user (issue 19): nothing lost, nothing hangs, nothing
+corrupt gets through.
 
-Every case drives the real `factory` command in a subprocess, on real files, with the real
-lock. Bad input ends in exactly one `error: ` line (file, field, what was expected), exit
-code 2, no traceback, and nothing already written is lost. Every new bad-input report
-becomes a case here.
+Every case drives the real `factory` command on real files, with the real lock: in a subprocess
+where the process itself is under test (its exit code, stderr, signals, working directory, its own
+Ray), else through `factory.cli.main` in this process on the session's Ray cluster (`factory_here`),
+which is the same code without a Python start and a Ray start per call. Bad input ends in exactly
+one `error: ` line (file, field, what was expected), exit code 2, no traceback, and nothing already
+written is lost. Every new bad-input report becomes a case here.
 """
 
 from __future__ import annotations
@@ -16,13 +19,17 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+import yaml
 
 from tests.test_cli_errors import LIFT_DEMOS, assert_user_error, factory, snapshot, write_spec
+
+pytestmark = pytest.mark.sim
 
 REPO = Path(__file__).parents[1]
 RUN = ("--workers", "1", "--no-progress")
@@ -60,25 +67,44 @@ def manifest_names(dataset: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory) -> tuple[Path, Path]:
-    """(spec, dataset): the tiny Lift spec run once through the CLI; tests work on copies."""
-    root = tmp_path_factory.mktemp("hostile")
-    spec = tiny_spec(root)
-    result = factory(root, "run", spec, "--out", root / "data", *RUN)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return spec, root / "data"
+def built(tiny_lift_spec, lift_dataset) -> tuple[Path, Path]:
+    """(spec, dataset): the session's tiny Lift dataset (tests/conftest.py: 4 attempts in 2 shards,
+    horizon 400), shared rather than built again; tests work on copies."""
+    return tiny_lift_spec, lift_dataset
+
+
+@pytest.fixture
+def factory_here(ray_cluster, capfd, monkeypatch):
+    """`factory ARGS` run by `factory.cli.main` in this process, as a CompletedProcess."""
+    from factory.cli import main
+
+    def run(cwd: Path, *args) -> subprocess.CompletedProcess:
+        argv = [str(a) for a in args]
+        monkeypatch.chdir(cwd)
+        capfd.readouterr()
+        try:
+            code = main(argv)
+        except SystemExit as exit:  # argparse
+            code = exit.code
+        except Exception:  # a traceback in a real process: the assertions look for it
+            traceback.print_exc()
+            code = 1
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["factory", *argv], code, out, err)
+
+    return run
 
 
 # --- 1-4: a dataset never shrinks or changes kind without --truncate ---------------------------
 
 
-def test_fewer_attempts_is_refused_then_truncates_with_the_flag(built, tmp_path):
+def test_fewer_attempts_is_refused_then_truncates_with_the_flag(built, tmp_path, factory_here):
     spec, dataset = built
     data = copy_of(dataset, tmp_path)
     before = snapshot(data)
 
     line = assert_user_error(
-        factory(tmp_path, "run", spec, "--out", data, "--attempts", "2", *RUN),
+        factory_here(tmp_path, "run", spec, "--out", data, "--attempts", "2", *RUN),
         str(data),
         "shard-000001.tar",
         "--truncate",
@@ -87,21 +113,24 @@ def test_fewer_attempts_is_refused_then_truncates_with_the_flag(built, tmp_path)
     assert "drop" in line
     assert snapshot(data) == before
 
-    result = factory(tmp_path, "run", spec, "--out", data, "--attempts", "2", "--truncate", *RUN)
+    result = factory_here(
+        tmp_path, "run", spec, "--out", data, "--attempts", "2", "--truncate", *RUN
+    )
     assert result.returncode == 0, result.stderr
     assert manifest_names(data) == ["shard-000000.tar"]
     assert sorted(p.name for p in (data / "shards").iterdir()) == [
         "shard-000000.tar"
     ]  # none left unlisted
-    assert factory(tmp_path, "verify", data).returncode == 0
+    assert factory_here(tmp_path, "verify", data).returncode == 0
 
 
 def test_fewer_attempts_from_the_spec_is_refused(built, tmp_path):
     spec, dataset = built
     data = copy_of(dataset, tmp_path)
-    lower = tiny_spec(
-        tmp_path, "lower.yaml", mutate=lambda raw: raw["generation"].update(attempts=3)
-    )
+    raw = yaml.safe_load(spec.read_text())
+    raw["generation"]["attempts"] = 3
+    lower = tmp_path / "lower.yaml"
+    lower.write_text(yaml.safe_dump(raw, sort_keys=False))
     before = snapshot(data)
     assert_user_error(
         factory(tmp_path, "run", lower, "--out", data, *RUN), "shard-000001.tar", "--truncate"
@@ -126,14 +155,14 @@ def test_successes_on_a_finished_dataset_keeps_its_shards(built, tmp_path):
     assert snapshot(data) == before, line
 
 
-def test_run_into_seed_demos_needs_truncate(tmp_path):
+def test_run_into_seed_demos_needs_truncate(tmp_path, factory_here):
     spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(cameras=[]))  # nothing to render: fast
     seeds = tmp_path / "seeds"
-    result = factory(tmp_path, "seeds", spec, "--out", seeds)
+    result = factory_here(tmp_path, "seeds", spec, "--out", seeds)
     assert result.returncode == 0, result.stderr
     before = snapshot(seeds)
     assert_user_error(
-        factory(tmp_path, "run", spec, "--out", seeds, "--attempts", "2", *RUN),
+        factory_here(tmp_path, "run", spec, "--out", seeds, "--attempts", "2", *RUN),
         str(seeds),
         "factory seeds",
         "--truncate",
@@ -454,9 +483,9 @@ def test_binary_spec_file(tmp_path):
     )
 
 
-def test_huge_attempts_plan_lazily(tmp_path):
+def test_huge_attempts_plan_lazily(tmp_path, factory_here):
     spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(cameras=[]))
-    result = factory(
+    result = factory_here(
         tmp_path,
         "run",
         spec,
@@ -497,13 +526,14 @@ def test_read_only_out(built, tmp_path):
     )
 
 
-def test_resume_repairs_malformed_records(built, tmp_path):
+def test_resume_repairs_malformed_records(built, tmp_path, factory_here):
     spec, dataset = built
     data = copy_of(dataset, tmp_path)
     shards = {k: v for k, v in files(data).items() if k.startswith("shards/")}
     (data / "manifest.json").write_text("")
     (data / "generation.json").write_text("{not json")
-    result = factory(tmp_path, "run", spec, "--out", data, *RUN)
+    # Both shards are made again (the manifest is gone): two workers, as the session cluster has.
+    result = factory_here(tmp_path, "run", spec, "--out", data, "--workers", "2", "--no-progress")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert (
         "manifest.json: unreadable" in result.stderr
@@ -513,7 +543,7 @@ def test_resume_repairs_malformed_records(built, tmp_path):
         k: v for k, v in files(data).items() if k.startswith("shards/")
     } == shards  # the same bytes again
     assert len(list(data.glob("manifest.json.corrupt-*"))) == 1  # the user's copy is kept
-    assert factory(tmp_path, "verify", data).returncode == 0
+    assert factory_here(tmp_path, "verify", data).returncode == 0
 
 
 @pytest.mark.parametrize("flag", ["--out", "--save-policy"])
@@ -560,7 +590,7 @@ def test_sigterm_is_a_clean_interrupt(built, tmp_path):
     assert stderr.strip().splitlines()[-1].startswith("interrupted:"), stderr
 
 
-# --- 16: clear messages ----------------------------------------------------------------------------
+# --- 16: clear messages -------------------------------------------------------------------------
 
 
 def test_verify_without_dataset_info_fails_like_inspect(built, tmp_path):
@@ -571,33 +601,34 @@ def test_verify_without_dataset_info_fails_like_inspect(built, tmp_path):
     assert_user_error(factory(tmp_path, "inspect", data), str(data), "dataset_info.json")
 
 
-def test_verify_reports_a_corrupt_generation_once_named(built, tmp_path):
+def test_verify_reports_a_corrupt_generation_once_named(built, tmp_path, factory_here):
     _, dataset = built
     data = copy_of(dataset, tmp_path)
     (data / "generation.json").write_text("{oops")
-    result = factory(tmp_path, "verify", data)
+    result = factory_here(tmp_path, "verify", data)
     assert result.returncode == 2, result.stderr
     assert f"{data}/generation.json: malformed JSON" in result.stderr
     (data / "manifest.json").write_text("[]")
-    result = factory(tmp_path, "verify", data)
+    result = factory_here(tmp_path, "verify", data)
     assert f"{data}/manifest.json" in result.stderr and f"{data}/{data}" not in result.stderr, (
         result.stderr
     )
     (data / "manifest.json").write_bytes(bytes(range(256)))
-    result = factory(tmp_path, "verify", data)
+    result = factory_here(tmp_path, "verify", data)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "manifest.json: not a JSON text file" in result.stderr
 
 
-def test_inspect_without_generation_says_unknown(built, tmp_path):
+def test_inspect_without_generation_says_unknown(built, tmp_path, factory_here):
     _, dataset = built
     data = copy_of(dataset, tmp_path)
     (data / "generation.json").unlink()
-    result = factory(tmp_path, "inspect", data)
+    result = factory_here(tmp_path, "inspect", data)
     assert result.returncode == 0, result.stderr
     attempts = next(line for line in result.stdout.splitlines() if line.startswith("attempts"))
     assert "unknown" in attempts and " 0 " not in attempts
-    assert json.loads(factory(tmp_path, "inspect", data, "--json").stdout)["attempts"] is None
+    report = factory_here(tmp_path, "inspect", data, "--json").stdout
+    assert json.loads(report)["attempts"] is None
 
 
 def test_mujoco_writes_no_log_file_into_the_working_directory(tmp_path):

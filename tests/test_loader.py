@@ -1,4 +1,5 @@
-"""The streaming loader over tiny real datasets: real shards, real JPEGs, real DataLoader workers."""
+"""The streaming loader over tiny real datasets: real shards, real JPEGs, real DataLoader
+workers."""
 
 from __future__ import annotations
 
@@ -409,7 +410,8 @@ class _Trickle:
 
 
 def _tar_bytes(members, tar_format: int, pax_headers=None) -> bytes:
-    """A tar written by Python's tarfile; members: (name, data) files, or (name, DIRTYPE | SYMTYPE)."""
+    """A tar written by Python's tarfile; members: (name, data) files, or (name, DIRTYPE |
+    SYMTYPE)."""
     buffer = io.BytesIO()
     with tarfile.open(
         fileobj=buffer, mode="w", format=tar_format, encoding="utf-8", pax_headers=pax_headers
@@ -451,7 +453,7 @@ _USTAR, _GNU, _PAX = tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMA
 
 
 @pytest.mark.parametrize(
-    ("tar_format", "members", "pax_headers", "fallback"),
+    ("tar_format", "members", "pax_headers", "extended"),
     [
         (_USTAR, _PLAIN + _PREFIXED, None, False),
         (_GNU, _PLAIN, None, False),
@@ -463,24 +465,26 @@ _USTAR, _GNU, _PAX = tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMA
 )
 @pytest.mark.parametrize("step", [None, 1000])
 def test_tar_reader_matches_tarfile(
-    monkeypatch, tar_format, members, pax_headers, fallback, step
+    monkeypatch, tar_format, members, pax_headers, extended, step
 ) -> None:
     calls = []
-    original = tario._tarfile_members
-    monkeypatch.setattr(tario, "_tarfile_members", lambda *args: calls.append(1) or original(*args))
+    original = tario._extend
+    monkeypatch.setattr(tario, "_extend", lambda *args: calls.append(1) or original(*args))
     data = _tar_bytes(members, tar_format, pax_headers)
     stream = io.BytesIO(data) if step is None else _Trickle(data, step)  # step: short reads
     read = list(iter_tar(stream, "t.tar"))
     assert read == _tarfile_files(data)
     assert [name for name, _ in read][:3] == ["a.txt", "empty", "dir/block"]
-    assert bool(calls) == fallback
+    assert bool(calls) == extended  # pax or GNU extension headers read, not passed over
 
 
-def test_tar_reader_reads_write_shard_output_without_tarfile(dataset, monkeypatch) -> None:
+def test_tar_reader_reads_write_shard_output_without_extension_headers(
+    dataset, monkeypatch
+) -> None:
     # write_shard asks for PAX, but its short ASCII names need no extension header: every
-    # member is read by the ustar path (the tarfile fallback would fail here).
+    # member is a plain ustar header.
     monkeypatch.setattr(
-        "shards.tario._tarfile_members", lambda *args: pytest.fail("fell back to tarfile")
+        "shards.tario._extend", lambda *args: pytest.fail("an extension header in a shard")
     )
     for shard in (0, 2, 4):  # shard 4 is an empty tar
         path = dataset.shard(shard)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from factory.errors import UserError
+from factory.errors import USER_FACING_ERRORS, UserError
 from factory.preview import (
     Camera,
     make_sheet_layout,
@@ -53,7 +53,8 @@ def _jpeg(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
 
 
 def make_dataset(root: Path, cameras=CAMERAS, episodes=EPISODES) -> Path:
-    """A real dataset: shards, episodes.jsonl, dataset_info.json and manifest.json (preview checks shards against it)."""
+    """A real dataset: shards, episodes.jsonl, dataset_info.json and manifest.json (preview
+    checks shards against it)."""
     shards_dir(root).mkdir(parents=True)
     by_shard: dict[int, list[Episode]] = {}
     for index, shard, length in episodes:
@@ -217,7 +218,7 @@ def test_bad_datasets_raise_user_error(tmp_path, damage, call, message):
     data = make_dataset(tmp_path / "tiny", episodes=EPISODES)
     if damage is not None:
         damage(data)
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(USER_FACING_ERRORS, match=message):
         call(data, tmp_path / "out")
 
 

@@ -12,6 +12,8 @@ from factory.spec import CameraSpec, RenderSpec, load_spec
 from shards.format import encode_depth_png, encode_segmentation_png, segmentation_bits
 from tests.conftest import SPECS
 
+pytestmark = pytest.mark.sim
+
 # One renderer for the module (GL contexts are slow to make under software GL): three 32x32
 # cameras share one, one per segmentation mode, and a non-square wrist camera has another.
 CAMERAS = [
@@ -70,7 +72,8 @@ def _cube_in_front(scene: Scene, dx: float = 0.2) -> np.ndarray:
 def _project(
     scene: Scene, camera: str, point: np.ndarray, width: int, height: int
 ) -> tuple[int, int, float]:
-    """(row, column) of `point` in an upright image of `camera`, and its depth along the optical axis (m)."""
+    """(row, column) of `point` in an upright image of `camera`, and its depth along the optical
+    axis (m)."""
     import mujoco
 
     cam = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)

@@ -15,6 +15,8 @@ from factory.spec import load_spec
 from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from tests.conftest import SPECS
 
+pytestmark = pytest.mark.sim
+
 SPEC_FILES = sorted(SPECS.glob("*.yaml"))
 MAX_ATTEMPTS = (
     8  # every shipped spec makes >= 40 % in its benchmark: 8 failures in a row would be a bug
@@ -78,11 +80,39 @@ def test_spec_builds_resets_and_steps(path):
         scene.step(np.zeros(7))
     assert np.isfinite(scene.get_state()).all()
     assert scene.proprio().shape == (9,)
-    for sub in spec.subtasks:
-        if sub.ends_when:  # every predicate evaluates on this task's model
-            assert scene.holds(sub.ends_when) in (True, False)
-            assert not scene.holds(sub.ends_when) or sub.ends_when.startswith(("near", "inside"))
     assert not scene.success()  # nothing is done five idle steps after a reset
+
+
+@pytest.mark.parametrize("path", SPEC_FILES, ids=lambda p: p.stem)
+def test_each_subtask_predicate_turns_true_in_each_seed_demo(path):
+    """Replayed in the scene, each `ends_when` holds on the last step of its subtask's segment
+    and not on the last step before that where it did not (the annotation's own record says
+    which step that is; the scene must agree)."""
+    resolved = _resolved(path)
+    spec, scene = resolved.spec, resolved.scene
+    checked = 0
+    for annotated in resolved.demos:
+        demo = annotated.demo
+        scene.reset(annotated.fixture_poses)
+        scene.set_state(demo.states[0])
+        scene.mark_start()  # `lifted` and `opened` count from the demo's start, as annotated
+        for index, sub in enumerate(spec.subtasks):
+            if sub.ends_when in (None, "success"):
+                continue
+            true_step = annotated.subtask_ends[index] - 1
+            false_steps = np.flatnonzero(~annotated.holds[:true_step, index])
+            assert false_steps.size, (demo.label, sub.ends_when, "holds from the demo's start")
+            seen = []
+            for step in (int(false_steps[-1]), true_step):
+                scene.set_state(demo.states[step])
+                scene.gripper_closed = bool(demo.actions[step, -1] > 0)
+                seen.append(scene.holds(sub.ends_when))
+            assert seen == [False, True], (demo.label, sub.ends_when, annotated.subtask_ends)
+            checked += 1
+    scene.gripper_closed = None
+    if not any(sub.ends_when not in (None, "success") for sub in spec.subtasks):
+        pytest.skip(f"{path.name}: every subtask ends at the task's success")
+    assert checked, f"{path.name}: no subtask predicate checked"
 
 
 @pytest.mark.parametrize("path", SPEC_FILES, ids=lambda p: p.stem)
@@ -93,7 +123,10 @@ def test_spec_generates_a_successful_episode(path):
     reasons = []
     for a in range(MAX_ATTEMPTS):
         attempt = generate_attempt(
-            resolved.scene, resolved.demos, AttemptPlan(a, 0, attempt_seed(spec.seed, 0, a))
+            resolved.scene,
+            resolved.demos,
+            AttemptPlan(a, 0, attempt_seed(spec.seed, 0, a)),
+            resolved.params,
         )
         if attempt.success:
             assert attempt.length > 0 and np.isfinite(attempt.states).all()

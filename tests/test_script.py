@@ -1,4 +1,5 @@
-"""Scripted seed demos: waypoint pose math, one real recording read back, and the CLI's bad input."""
+"""Scripted seed demos: waypoint pose math, one real recording read back, and the CLI's bad
+input."""
 
 from __future__ import annotations
 
@@ -156,6 +157,7 @@ def test_bad_waypoints_name_their_field(tmp_path, waypoint, field, fragment):
 # --- one real recording --------------------------------------------------------------------------
 
 
+@pytest.mark.sim
 def test_scripted_lift_demo_reads_back_and_succeeds(tmp_path):
     from factory.demos import load_seed_demos
     from factory.script import make_scene, model_xml, record_demos, save_demos
@@ -203,9 +205,11 @@ def test_the_scripted_specs_are_found():
     }
 
 
+@pytest.mark.sim
 @pytest.mark.parametrize("path", SCRIPTED_SPECS, ids=lambda p: p.stem)
 def test_shipped_scripted_seeds_end_in_success(path):
-    """Each shipped scripted seed file loads, and each demo's last state (fixtures restored) succeeds."""
+    """Each shipped scripted seed file loads, and each demo's last state (fixtures restored)
+    succeeds."""
     from factory.demos import load_seed_demos
     from factory.script import make_scene
 
@@ -245,6 +249,7 @@ def assert_one_line(result: subprocess.CompletedProcess, *fragments: str) -> Non
     assert line.startswith("error: ") and all(f in line for f in fragments), line
 
 
+@pytest.mark.sim
 @pytest.mark.parametrize(
     ("waypoint", "fragments"),
     [
@@ -270,6 +275,7 @@ def test_cli_bad_waypoint(tmp_path, waypoint, fragments):
     assert not (tmp_path / "d.hdf5").exists()
 
 
+@pytest.mark.sim
 def test_cli_spec_without_script(tmp_path):
     spec = write_spec(tmp_path / "spec.yaml")
     assert_one_line(
@@ -280,6 +286,7 @@ def test_cli_spec_without_script(tmp_path):
     )
 
 
+@pytest.mark.sim
 def test_cli_refuses_an_existing_or_unwritable_output(tmp_path):
     spec = write_spec(tmp_path / "spec.yaml", script=LIFT_SCRIPT)
     existing = tmp_path / "d.hdf5"
@@ -290,6 +297,7 @@ def test_cli_refuses_an_existing_or_unwritable_output(tmp_path):
     assert_one_line(factory("script", spec, "--out", missing), str(missing), "does not exist")
 
 
+@pytest.mark.sim
 def test_cli_script_that_never_succeeds(tmp_path):
     script = {
         "demos": 1,

@@ -9,13 +9,13 @@ import pytest
 import yaml
 
 from factory.errors import SpecError, UserError
-from factory.spec import SceneSpec, load_spec
+from factory.spec import SceneSpec, load_raw_spec, load_spec
 
 SPECS = Path(__file__).parents[1] / "scene_specs"
 
 
 def _raw(name: str = "stack") -> dict:
-    return yaml.safe_load((SPECS / f"{name}.yaml").read_text())
+    return load_raw_spec(SPECS / f"{name}.yaml")  # with `extends:` resolved
 
 
 def _write(tmp_path: Path, raw, name: str = "spec.yaml") -> Path:

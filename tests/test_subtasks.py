@@ -1,4 +1,5 @@
-"""Subtask order from demos, where segments start and end, retries, source selection, generate-until-N."""
+"""Subtask order from demos, where segments start and end, retries, source selection,
+generate-until-N."""
 
 from __future__ import annotations
 
@@ -128,7 +129,10 @@ def test_retries_restore_the_subtask_start_and_keep_one_continuous_branch(noisy_
     found = None
     for i in range(8):
         attempt = generate_attempt(
-            noisy_lift.scene, noisy_lift.demos, AttemptPlan(i, 0, attempt_seed(0, 0, i))
+            noisy_lift.scene,
+            noisy_lift.demos,
+            AttemptPlan(i, 0, attempt_seed(0, 0, i)),
+            noisy_lift.params,
         )
         # Sim time advances by one control period per stored step: no step of a failed try remains.
         np.testing.assert_allclose(
@@ -142,18 +146,23 @@ def test_retries_restore_the_subtask_start_and_keep_one_continuous_branch(noisy_
 
 
 def test_the_horizon_filters_sources_that_cannot_fit(noisy_lift):
-    # demo_2's grasp segment (1120 steps: the person fumbled) cannot fit in 700 steps: it never starts an
-    # attempt, and a retry takes a source only when its segment fits, so no attempt fails by horizon.
+    # demo_2's grasp segment (1120 steps: the person fumbled) cannot fit in 700 steps: it never
+    # starts an attempt, and a retry takes a source only when its segment fits, so no attempt fails
+    # by horizon.
     # (Its lift segment, 23 steps after the last grasp, may serve a retry of the lift.)
     assert noisy_lift.demos[1].segment(0)[1] > 700
     for i in range(4):
         attempt = generate_attempt(
-            noisy_lift.scene, noisy_lift.demos, AttemptPlan(i, 0, attempt_seed(0, 0, i))
+            noisy_lift.scene,
+            noisy_lift.demos,
+            AttemptPlan(i, 0, attempt_seed(0, 0, i)),
+            noisy_lift.params,
         )
         assert "demo_2" not in attempt.provenance["sources"][0]
         assert not attempt.reason.startswith("horizon")
 
 
+@pytest.mark.sim
 def test_an_impossible_subtask_fails_after_the_retry_bound():
     spec = load_spec(SPECS / "lift.yaml", {"generation.subtask_retries": 1, "task.horizon": 700})
     resolved = resolve_spec(spec)
@@ -166,9 +175,9 @@ def test_an_impossible_subtask_fails_after_the_retry_bound():
             ]
         }
     )
-    resolved.scene.spec = impossible
+    resolved.spec = impossible
     attempt = generate_attempt(
-        resolved.scene, resolved.demos, AttemptPlan(0, 0, attempt_seed(0, 0, 0))
+        resolved.scene, resolved.demos, AttemptPlan(0, 0, attempt_seed(0, 0, 0)), resolved.params
     )
     assert not attempt.success
     assert attempt.reason.startswith(
@@ -195,6 +204,7 @@ def test_generate_until_n_keeps_the_shortest_prefix_of_shards(tmp_path):
     assert recorder.prefix_for(None, tasks) is None
 
 
+@pytest.mark.sim
 def test_annotate_command_prints_every_demo_segment(capsys):
     import json
 
@@ -213,6 +223,7 @@ def test_annotate_command_prints_every_demo_segment(capsys):
         assert grasp["start"] == 0 < grasp["end"] == lift["start"] < lift["end"] <= demo["length"]
 
 
+@pytest.mark.sim
 def test_annotate_plot_writes_a_timeline_png_per_demo(tmp_path, capsys):
     from PIL import Image
 

@@ -12,6 +12,8 @@ from factory.sim import Placement, Scene
 from factory.spec import load_spec
 from tests.conftest import SPECS
 
+pytestmark = pytest.mark.sim
+
 # spec, the predicate that says "done", and perturbations of the final state that undo it:
 # (object, world offset in metres) applied to the object's free joint, or ("joint", object, value).
 CASES = {
@@ -52,12 +54,9 @@ def test_the_done_predicate_agrees_with_robosuite_on_the_final_state(final_state
     assert scene.holds(done)
 
 
-@pytest.mark.parametrize("which", range(3))
-def test_perturbations_that_undo_the_task_undo_both(final_state, which):
-    name, scene, demo = final_state
-    done, perturbations = CASES[name]
+def _perturb(scene, demo, change) -> None:
+    """The demo's final state with one perturbation of CASES applied, set in the scene."""
     state = demo.states[-1].copy()
-    change = perturbations[which]
     if change[0] == "joint":
         state[1 + scene._joint_qpos(change[1])] = change[2]
     else:
@@ -65,8 +64,42 @@ def test_perturbations_that_undo_the_task_undo_both(final_state, which):
         adr = scene.model.jnt_qposadr[scene.model.body_jntadr[body]]
         state[1 + adr : 1 + adr + 3] += change[1]
     scene.set_state(state)
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_perturbations_that_undo_the_task_undo_both(final_state, which):
+    name, scene, demo = final_state
+    done, perturbations = CASES[name]
+    _perturb(scene, demo, perturbations[which])
     assert not scene.env._check_success()
     assert not scene.holds(done)
+
+
+# Per case, leaf predicates (each kind on its own, not inside a composition) that hold on the
+# final state, each with the perturbation of CASES that must make it false.
+LEAVES = {
+    "nut_assembly": [
+        ("on_peg(square_nut, square_peg)", 0),  # moved 6 cm off its peg
+        ("on_peg(round_nut, round_peg)", 1),  # lifted above the peg's top
+        ("on_peg(round_nut, round_peg)", 2),
+    ],
+    "pick_place_can": [("inside(can, bin)", 0), ("inside(can, bin)", 1), ("inside(can, bin)", 2)],
+    "door": [("opened(door, 0.3)", 0), ("opened(door, 0.3)", 2), ("joint(door, {lo}, {hi})", 0)],
+}
+
+
+def test_each_leaf_predicate_holds_at_the_end_and_not_once_undone(final_state):
+    name, scene, demo = final_state
+    _, perturbations = CASES[name]
+    for text, which in LEAVES[name]:
+        scene.set_state(demo.states[-1])
+        if name == "door":  # a window around the door's final joint position
+            value = float(scene.data.qpos[scene._joint_qpos("door")])
+            assert value > 0.35, value
+            text = text.format(lo=f"{value - 0.05:.4f}", hi=f"{value + 0.05:.4f}")
+        assert scene.holds(text), f"{text} on the final state"
+        _perturb(scene, demo, perturbations[which])
+        assert not scene.holds(text), f"{text} after {perturbations[which]}"
 
 
 def test_a_spec_success_composition_replaces_robosuites_check():

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from factory.errors import UserError
 from factory.spec import TextureBankSpec
 from generators import texture_bank as tb
+from generators.errors import TextureBankError
 from shards.format import DatasetError
 
 SIZE = 64  # pixels: 8x8 latents
@@ -263,7 +263,7 @@ def test_cache_hit_does_not_load_the_model(tiny_model, tmp_path):
     index = json.loads((tmp_path / "b" / "textures" / "bank.json").read_text())
     assert {e["made_on"] for e in index["images"]} == {"cache"}
 
-    with pytest.raises(UserError, match="cannot load"):  # the model really is gone
+    with pytest.raises(TextureBankError, match="cannot load"):  # the model really is gone
         tb.ensure_texture_bank(_bank(model, steps=3), tmp_path / "c", progress=False)
 
 
@@ -296,12 +296,12 @@ def test_model_id_from_the_hugging_face_cache(tiny_model, tmp_path, monkeypatch)
 
 def test_missing_model_id_is_a_user_error(tmp_path):
     bank = _bank("demofactory-test/no-such-model")
-    with pytest.raises(UserError, match="demofactory-test/no-such-model") as resolve_err:
+    with pytest.raises(TextureBankError, match="demofactory-test/no-such-model") as resolve_err:
         tb.check_texture_model(bank, tmp_path / "ds", spec_path=tmp_path / "spec.yaml")
     message = str(resolve_err.value)
     assert "\n" not in message and "hf download demofactory-test/no-such-model" in message
     assert "appearance.textures.bank.model" in message and "spec.yaml" in message
-    with pytest.raises(UserError, match="demofactory-test/no-such-model.*save_pretrained"):
+    with pytest.raises(TextureBankError, match="demofactory-test/no-such-model.*save_pretrained"):
         tb.ensure_texture_bank(bank, tmp_path / "ds", progress=False)
 
 
@@ -309,12 +309,12 @@ def test_folder_that_is_not_a_pipeline_is_a_user_error(tmp_path):
     junk = tmp_path / "not-a-model"
     junk.mkdir()
     (junk / "weights.bin").write_bytes(b"\0" * 64)
-    with pytest.raises(UserError, match="not-a-model.*model_index.json"):
+    with pytest.raises(TextureBankError, match="not-a-model.*model_index.json"):
         tb.check_texture_model(_bank(junk), tmp_path / "ds")
-    with pytest.raises(UserError, match="cannot load .*not-a-model"):
+    with pytest.raises(TextureBankError, match="cannot load .*not-a-model"):
         tb.ensure_texture_bank(_bank(junk), tmp_path / "ds", progress=False)
     (junk / "model_index.json").write_text('{"_class_name": "NoSuchPipeline"}')
-    with pytest.raises(UserError, match="cannot load .*not-a-model"):
+    with pytest.raises(TextureBankError, match="cannot load .*not-a-model"):
         tb.ensure_texture_bank(_bank(junk), tmp_path / "ds", progress=False)
 
 

@@ -229,8 +229,10 @@ def test_cli_train_eval_reports_json_and_refuses_bad_flags(
         train_eval(seeds_dataset, resolved, TrainEvalConfig(horizon=2, execute=3))
 
 
+@pytest.mark.sim
 def test_train_eval_with_a_camera(tmp_path):
-    """Images as an option: frames from the dataset through the loader, a CNN, rendered frames in rollouts."""
+    """Images as an option: frames from the dataset through the loader, a CNN, rendered frames in
+    rollouts."""
     spec_path = write_spec(
         tmp_path / "lift_cam.yaml",
         base="lift_lowdim.yaml",

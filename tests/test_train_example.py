@@ -1,4 +1,5 @@
-"""examples/train_bc.py end to end: a tiny real, learnable dataset streamed through real DataLoader workers.
+"""examples/train_bc.py end to end: a tiny real, learnable dataset streamed through real
+DataLoader workers.
 
 The dataset of `tests.test_loader.build_dataset` has random actions and states;
 here the state follows a fixed linear system (s[t+1] = A s[t]) and the action is
@@ -117,6 +118,7 @@ def _train(dataset: Path, *extra: str) -> tuple[list[dict], dict]:
     return lines[:-1], lines[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cameras", [CAMERAS, {}], ids=["cnn-on-agentview", "state-only"])
 def test_training_lowers_the_loss(tmp_path, cameras) -> None:
     logged, summary = _train(build_learnable_dataset(tmp_path / "data", cameras))

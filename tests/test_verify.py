@@ -71,7 +71,8 @@ def test_an_episode_length_that_disagrees(dataset) -> None:
     problems = verify_dataset(dataset.path)
     index, length = records[2]["index"], records[2]["length"]
     assert problems == [
-        f"episodes.jsonl: episode {index} has length {length}, shards/shard-000001.tar holds {length - 3}"
+        f"episodes.jsonl: episode {index} has length {length}, "
+        f"shards/shard-000001.tar holds {length - 3}"
     ]
 
 

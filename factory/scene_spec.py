@@ -1,0 +1,557 @@
+"""The `scene:` section of a spec: a table-top scene as data, built with robosuite's classes.
+
+A spec either names a robosuite environment (`task.env: Stack`) or describes its scene here;
+`factory/scene_build.py` turns this section into a robosuite `ManipulationEnv`. Pure data: nothing
+here reads a file or imports robosuite (mesh files are checked by `scene_build.check_scene`).
+
+    scene:
+      table: {size: [0.8, 0.8, 0.05], height: 0.8, color: [0.55, 0.45, 0.35, 1]}
+      objects:
+        cube: {kind: box, size: [0.02, 0.02, 0.02], color: {palette: primary},
+               placement: {x: [-0.08, 0.0], y: [-0.15, -0.05], yaw: [-0.5, 0.5]}}
+        bowl: {kind: bowl, size: [0.07, 0.04], fixed: true, color: white,
+               placement: {x: [0.0, 0.0], y: [0.12, 0.12]}}
+      cameras:
+        - {name: frontcam, pos: [1.0, 0.0, 1.4], look_at: [0.0, 0.0, 0.82], fovy: 45}
+    instructions: ["put the {cube.color} {cube.name} in the {bowl.name}"]
+
+Positions are metres in the world frame, whose origin is under the table's centre on the floor;
+`placement` x and y are offsets from the table top's centre (or from `relative_to`'s object).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# robosuite's own name for the env class scene_build registers; `task.env` takes it when a spec
+# has a `scene:` section (so messages, hdf5 attributes and dataset_info name the env the same way).
+SCENE_ENV = "SpecScene"
+
+# Colours by name: what an instruction says and the rgba the renderer draws. Saturated and far
+# apart in hue, so a colour name is unambiguous in an 84x84 frame.
+COLORS: dict[str, tuple[float, float, float, float]] = {
+    "red": (0.85, 0.1, 0.1, 1.0),
+    "green": (0.1, 0.7, 0.2, 1.0),
+    "blue": (0.15, 0.3, 0.9, 1.0),
+    "yellow": (0.95, 0.85, 0.1, 1.0),
+    "orange": (1.0, 0.5, 0.05, 1.0),
+    "purple": (0.55, 0.2, 0.75, 1.0),
+    "pink": (1.0, 0.45, 0.7, 1.0),
+    "cyan": (0.1, 0.8, 0.85, 1.0),
+    "white": (0.92, 0.92, 0.92, 1.0),
+    "black": (0.08, 0.08, 0.08, 1.0),
+    "grey": (0.5, 0.5, 0.5, 1.0),
+    "brown": (0.45, 0.28, 0.12, 1.0),
+}
+PALETTES: dict[str, tuple[str, ...]] = {
+    "primary": ("red", "green", "blue", "yellow"),
+    "rainbow": ("red", "orange", "yellow", "green", "blue", "purple"),
+    "bright": ("red", "green", "blue", "yellow", "orange", "purple", "pink", "cyan"),
+}
+# robosuite's mesh objects by spec name -> (class in robosuite.models.objects, MJCF file).
+ROBOSUITE_OBJECTS: dict[str, tuple[str, str]] = {
+    "milk": ("MilkObject", "milk.xml"),
+    "bread": ("BreadObject", "bread.xml"),
+    "can": ("CanObject", "can.xml"),
+    "cereal": ("CerealObject", "cereal.xml"),
+    "bottle": ("BottleObject", "bottle.xml"),
+    "lemon": ("LemonObject", "lemon.xml"),
+    "plate": ("PlateWithHoleObject", "plate-with-hole.xml"),
+    "square_nut": ("SquareNutObject", "square-nut.xml"),
+    "round_nut": ("RoundNutObject", "round-nut.xml"),
+}
+# Size entries per primitive kind (MuJoCo half sizes), and what they mean.
+SIZES: dict[str, tuple[int, str]] = {
+    "box": (3, "[half x, half y, half z], e.g. [0.02, 0.02, 0.02]"),
+    "cylinder": (2, "[radius, half height], e.g. [0.03, 0.04]"),
+    "ball": (1, "[radius], e.g. [0.03]"),
+    "capsule": (2, "[radius, half length], e.g. [0.02, 0.04]"),
+    "bowl": (2, "[outer radius, half height], e.g. [0.07, 0.03]"),
+    "bin": (3, "[half x, half y, half height], e.g. [0.1, 0.1, 0.04]"),
+}
+COMPOSITES = ("bowl", "bin")  # robosuite composite objects: their body is <name>_root
+ATTRIBUTES = ("name", "color")  # what an instruction slot {object.attribute} may name
+
+
+class _Strict(BaseModel):
+    # As in factory/spec.py: unknown keys and NaN are errors.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _ordered(name: str, value: tuple[float, float]) -> tuple[float, float]:
+    if value[0] > value[1]:
+        raise ValueError(f"{name} must be [lo, hi] with lo <= hi, got {list(value)}")
+    return value
+
+
+class TableSpec(_Strict):
+    """robosuite's `TableArena`: a table whose top is at `height`, centred over the origin."""
+
+    size: tuple[float, float, float] = Field(
+        (0.8, 0.8, 0.05), description="Full length (x), width (y) and thickness of the top, metres."
+    )
+    height: float = Field(0.8, gt=0.1, le=2.0, description="Height of the table top, metres.")
+    friction: tuple[float, float, float] = Field(
+        (1.0, 0.005, 0.0001), description="MuJoCo sliding, torsional and rolling friction."
+    )
+    color: str | tuple[float, float, float, float] | None = Field(
+        None, description="Table top colour: a colour name or [r, g, b, a]; none: robosuite's."
+    )
+    legs: bool = Field(True, description="Draw the table's legs.")
+
+    @field_validator("size")
+    @classmethod
+    def _positive(cls, size: tuple[float, float, float]) -> tuple[float, float, float]:
+        if min(size) <= 0:
+            raise ValueError(f"expected three sizes > 0, e.g. [0.8, 0.8, 0.05], got {list(size)}")
+        return size
+
+
+class PaletteColor(_Strict):
+    """A colour drawn per episode from a palette (seeded from the attempt's seed)."""
+
+    palette: str = Field(description="A palette name (primary, rainbow, bright or scene.palettes).")
+
+
+class ObjectPlacement(_Strict):
+    """Where an object starts: x, y and yaw drawn uniformly, relative to the table or an object."""
+
+    x: tuple[float, float] = Field((0.0, 0.0), description="Offset range along x, metres.")
+    y: tuple[float, float] = Field((0.0, 0.0), description="Offset range along y, metres.")
+    yaw: tuple[float, float] = Field((0.0, 0.0), description="Yaw range about z, radians.")
+    relative_to: str | None = Field(
+        None, description="Object whose position x and y are offsets from; none: the table centre."
+    )
+    on_top: bool = Field(False, description="With relative_to: rest on that object's top.")
+    overlap: bool = Field(
+        False, description="May touch other objects' footprints (otherwise placements keep apart)."
+    )
+
+    @model_validator(mode="after")
+    def _ranges(self) -> ObjectPlacement:
+        for axis in ("x", "y", "yaw"):
+            _ordered(axis, getattr(self, axis))
+        if self.on_top and self.relative_to is None:
+            raise ValueError("on_top needs relative_to, e.g. {relative_to: coaster, on_top: true}")
+        return self
+
+
+class ObjectSpec(_Strict):
+    """One object of the scene: a primitive, a robosuite object, a mesh file or an MJCF file."""
+
+    kind: Literal[
+        "box", "cylinder", "ball", "capsule", "bowl", "bin", "robosuite", "mesh", "mjcf"
+    ] = Field(
+        description="box, cylinder, ball, capsule (primitives, `size`); bowl or bin (robosuite "
+        "composites, `size`); robosuite (its object named by `model`); mesh (an .obj or .stl "
+        "`file`); mjcf (an MJCF `file` in robosuite's object layout)."
+    )
+    size: tuple[float, ...] | None = Field(
+        None, description="Primitive sizes, MuJoCo half sizes (box: 3, cylinder: 2, ball: 1)."
+    )
+    color: str | tuple[float, float, float, float] | PaletteColor | None = Field(
+        None, description="A colour name, [r, g, b, a], or {palette: NAME} drawn per episode."
+    )
+    density: float | None = Field(None, gt=0, description="kg/m^3; none: robosuite's default.")
+    friction: tuple[float, float, float] | None = Field(
+        None, description="MuJoCo sliding, torsional and rolling friction."
+    )
+    model: str | None = Field(None, description="kind robosuite: milk, bread, can, cereal, ...")
+    file: str | None = Field(
+        None, description="kind mesh: a .obj or .stl file; kind mjcf: an MJCF file (spec-relative)."
+    )
+    collision: list[str] = Field(
+        [], description="kind mesh: convex hull files for collision; none: the visual mesh's hull."
+    )
+    scale: float = Field(1.0, gt=0, description="kind mesh or mjcf: uniform scale of the file.")
+    mass: float | None = Field(None, gt=0, description="kind mesh: total mass, kg.")
+    fixed: bool = Field(False, description="A fixture: a static body (no free joint).")
+    noun: str | None = Field(
+        None, description="What instructions call it ({obj.name}); default: the object's key."
+    )
+    placement: ObjectPlacement = Field(
+        ObjectPlacement(), description="Where it starts on the table."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ObjectSpec:
+        if self.kind in SIZES:
+            count, what = SIZES[self.kind]
+            if self.size is None or len(self.size) != count or min(self.size) <= 0:
+                raise ValueError(f"kind {self.kind} needs size {what}, got {self.size!r}")
+        elif self.size is not None:
+            raise ValueError(f"size is for primitives ({', '.join(SIZES)}), not kind {self.kind}")
+        if self.kind == "robosuite":
+            if self.model not in ROBOSUITE_OBJECTS:
+                names = ", ".join(ROBOSUITE_OBJECTS)
+                raise ValueError(f"kind robosuite needs model: one of {names}, got {self.model!r}")
+        elif self.model is not None:
+            raise ValueError(f"model is for kind robosuite, not {self.kind}")
+        if self.kind in ("robosuite", "mjcf") and self.color is not None:
+            raise ValueError(f"kind {self.kind} keeps its model's own look: color is not allowed")
+        if self.kind in ("mesh", "mjcf"):
+            suffixes = (".obj", ".stl") if self.kind == "mesh" else (".xml",)
+            if not self.file or not self.file.lower().endswith(suffixes):
+                raise ValueError(f"kind {self.kind} needs file: a {' or '.join(suffixes)} file")
+        elif self.file is not None:
+            raise ValueError(f"file is for kind mesh or mjcf, not {self.kind}")
+        if self.kind != "mesh" and (self.collision or self.mass is not None):
+            raise ValueError("collision and mass are for kind mesh")
+        if isinstance(self.color, str) and self.color not in COLORS:
+            raise ValueError(
+                f"unknown colour {self.color!r} (expected one of: {', '.join(COLORS)})"
+            )
+        return self
+
+    def footprint(self) -> float | None:
+        """Radius of the object's footprint on the table (m) where the spec alone says it."""
+        if self.size is None:
+            return None
+        if self.kind in ("box", "bin"):
+            return math.hypot(self.size[0], self.size[1])
+        return self.size[0]
+
+
+class SceneCamera(_Strict):
+    """A camera of the scene, aimed by a look-at point or a quaternion."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$", description="Camera name (cameras: refer to it).")
+    pos: tuple[float, float, float] = Field(description="Position in the world frame, metres.")
+    look_at: tuple[float, float, float] | None = Field(
+        None, description="World point the camera looks at (its image centre)."
+    )
+    quat: tuple[float, float, float, float] | None = Field(
+        None, description="Orientation (w, x, y, z), MuJoCo's camera frame (looks down its -z)."
+    )
+    fovy: float = Field(45.0, gt=1.0, lt=170.0, description="Vertical field of view, degrees.")
+
+    @model_validator(mode="after")
+    def _aim(self) -> SceneCamera:
+        if (self.look_at is None) == (self.quat is None):
+            raise ValueError(
+                "give exactly one of look_at and quat, "
+                "e.g. {pos: [1, 0, 1.4], look_at: [0, 0, 0.8]}"
+            )
+        if self.look_at is not None and math.dist(self.pos, self.look_at) < 1e-6:
+            raise ValueError("look_at is the camera's own position: it looks at nothing")
+        return self
+
+
+class RobotPlacement(_Strict):
+    """The robot's base relative to where robosuite puts it for the table (behind its near edge)."""
+
+    offset: tuple[float, float, float] = Field(
+        (0.0, 0.0, 0.0), description="Base position offset, metres."
+    )
+    yaw: float = Field(0.0, description="Base yaw about z, radians.")
+
+
+class SceneSection(_Strict):
+    """A table-top scene built from robosuite's model classes (factory/scene_build.py)."""
+
+    table: TableSpec = Field(TableSpec(), description="The table (robosuite's TableArena).")
+    objects: dict[str, ObjectSpec] = Field(
+        min_length=1, description="Objects by name; bodies are named <name>_main in the model."
+    )
+    cameras: list[SceneCamera] = Field([], description="Cameras added to robosuite's own.")
+    robot: RobotPlacement = Field(RobotPlacement(), description="The robot's base pose.")
+    palettes: dict[str, list[str]] = Field(
+        {}, description="Extra palettes: name -> colour names (see COLORS)."
+    )
+
+    @field_validator("objects")
+    @classmethod
+    def _names(cls, objects: dict[str, ObjectSpec]) -> dict[str, ObjectSpec]:
+        for name in objects:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+                raise ValueError(f"object names are letters, digits and _, got {name!r}")
+        return objects
+
+    def palette(self, name: str) -> tuple[str, ...] | None:
+        return tuple(self.palettes[name]) if name in self.palettes else PALETTES.get(name)
+
+
+def check_scene(scene: SceneSection) -> tuple[str, str] | None:
+    """Cross references inside the section: (field, message) of the first problem, or None."""
+    names = ", ".join(scene.objects)
+    for name, obj in scene.objects.items():
+        where = f"scene.objects.{name}"
+        ref = obj.placement.relative_to
+        if ref is not None and ref not in scene.objects:
+            return f"{where}.placement.relative_to", f"unknown object {ref!r} (expected: {names})"
+        if ref == name:
+            return f"{where}.placement.relative_to", "an object cannot be placed relative to itself"
+        if isinstance(obj.color, PaletteColor) and scene.palette(obj.color.palette) is None:
+            known = ", ".join([*PALETTES, *scene.palettes])
+            return f"{where}.color.palette", f"unknown palette (expected one of: {known})"
+    for pname, colours in scene.palettes.items():
+        for i, colour in enumerate(colours):
+            if colour not in COLORS:
+                return (
+                    f"scene.palettes.{pname}[{i}]",
+                    f"unknown colour (expected: {', '.join(COLORS)})",
+                )
+    if _cycle(scene):
+        return "scene.objects", "placement.relative_to forms a cycle"
+    for name, obj in scene.objects.items():
+        problem = _fits_on_table(scene, name, obj)
+        if problem:
+            return problem
+    cams = [c.name for c in scene.cameras]
+    if len(set(cams)) != len(cams):
+        return "scene.cameras", f"camera names must be unique, got {cams}"
+    for i, cam in enumerate(scene.cameras):
+        problem = _camera_aim(scene, cam)
+        if problem:
+            return f"scene.cameras[{i}]", problem
+    return _fixed_overlaps(scene)
+
+
+CAMERA_MARGIN = 0.3  # metres around the table where a camera's view axis may meet the floor plane
+
+
+def _camera_aim(scene: SceneSection, cam: SceneCamera) -> str | None:
+    """Why the camera's view axis (its image centre) misses the table, or None."""
+    pos = cam.pos
+    if cam.look_at is not None:
+        forward = [b - a for a, b in zip(pos, cam.look_at, strict=True)]
+    else:  # MuJoCo cameras look down their -z axis: minus the third column of the rotation
+        w, x, y, z = cam.quat
+        norm = math.sqrt(w * w + x * x + y * y + z * z)
+        w, x, y, z = w / norm, x / norm, y / norm, z / norm
+        forward = [-(2 * (x * z + w * y)), -(2 * (y * z - w * x)), -(1 - 2 * (x * x + y * y))]
+    height = scene.table.height
+    half = (scene.table.size[0] / 2 + CAMERA_MARGIN, scene.table.size[1] / 2 + CAMERA_MARGIN)
+    hit = None
+    if forward[2] < -1e-9 and pos[2] > height:
+        t = (height - pos[2]) / forward[2]
+        hit = (pos[0] + t * forward[0], pos[1] + t * forward[1])
+    if hit is None or abs(hit[0]) > half[0] or abs(hit[1]) > half[1]:
+        where = "never" if hit is None else f"at ({hit[0]:.2f}, {hit[1]:.2f}) m, off the table"
+        return (
+            f"camera {cam.name!r} looks at nothing: its view axis meets the table-top plane "
+            f"{where}; expected a look_at (or quat) aiming at the table, e.g. look_at: "
+            f"[0, 0, {height}]"
+        )
+    return None
+
+
+def _cycle(scene: SceneSection) -> bool:
+    for name in scene.objects:
+        seen, current = set(), name
+        while current is not None:
+            if current in seen:
+                return True
+            seen.add(current)
+            current = scene.objects[current].placement.relative_to
+    return False
+
+
+def nominal_xy(scene: SceneSection, name: str) -> tuple[float, float]:
+    """The middle of an object's placement ranges, relative to the table centre (through its
+    `relative_to` chain)."""
+    obj = scene.objects[name]
+    x, y = sum(obj.placement.x) / 2, sum(obj.placement.y) / 2
+    if obj.placement.relative_to is not None:
+        rx, ry = nominal_xy(scene, obj.placement.relative_to)
+        x, y = x + rx, y + ry
+    return x, y
+
+
+def _reach(scene: SceneSection, name: str) -> tuple[float, float, float, float]:
+    """Extremes of an object's centre over its placement ranges (x lo, x hi, y lo, y hi)."""
+    obj = scene.objects[name]
+    lo_x, hi_x, lo_y, hi_y = *obj.placement.x, *obj.placement.y
+    if obj.placement.relative_to is not None:
+        px0, px1, py0, py1 = _reach(scene, obj.placement.relative_to)
+        lo_x, hi_x, lo_y, hi_y = lo_x + px0, hi_x + px1, lo_y + py0, hi_y + py1
+    return lo_x, hi_x, lo_y, hi_y
+
+
+def _fits_on_table(scene: SceneSection, name: str, obj: ObjectSpec) -> tuple[str, str] | None:
+    radius = obj.footprint() or 0.0
+    half_x, half_y = scene.table.size[0] / 2, scene.table.size[1] / 2
+    lo_x, hi_x, lo_y, hi_y = _reach(scene, name)
+    for axis, lo, hi, half in (("x", lo_x, hi_x, half_x), ("y", lo_y, hi_y, half_y)):
+        if lo - radius < -half or hi + radius > half:
+            return (
+                f"scene.objects.{name}.placement.{axis}",
+                f"the object (footprint radius {radius:.3f} m) reaches {axis} from "
+                f"{lo - radius:.3f} to {hi + radius:.3f} m, off the table "
+                f"(it spans {-half:.3f} to {half:.3f} m from its centre); expected centres within "
+                f"[{-half + radius:.3f}, {half - radius:.3f}]",
+            )
+    return None
+
+
+def _fixed_overlaps(scene: SceneSection) -> tuple[str, str] | None:
+    """Two objects whose placement cannot vary (a single point each) and whose footprints
+    overlap: no draw can ever separate them."""
+    fixed = []
+    for name, obj in scene.objects.items():
+        lo_x, hi_x, lo_y, hi_y = _reach(scene, name)
+        if lo_x == hi_x and lo_y == hi_y and obj.footprint() and not obj.placement.overlap:
+            if not obj.placement.on_top:
+                fixed.append((name, lo_x, lo_y, obj.footprint()))
+    for i, (a, ax, ay, ar) in enumerate(fixed):
+        for b, bx, by, br in fixed[i + 1 :]:
+            gap = math.hypot(ax - bx, ay - by)
+            if gap < ar + br:
+                return (
+                    f"scene.objects.{b}.placement",
+                    f"{b} and {a} are placed at fixed points {gap:.3f} m apart, closer than their "
+                    f"footprints ({ar:.3f} + {br:.3f} m): they always overlap; expected ranges or "
+                    "points further apart (or placement.overlap: true)",
+                )
+    return None
+
+
+# --- what the rest of the spec derives from the section ---------------------------------------
+
+
+def derived_objects(scene: SceneSection) -> dict[str, str]:
+    """The spec's `objects:` (name -> MuJoCo body): robosuite names an object's body <name>_main,
+    a composite's (bowl, bin) <name>_root."""
+    return {
+        name: f"{name}_root" if obj.kind in COMPOSITES else f"{name}_main"
+        for name, obj in scene.objects.items()
+    }
+
+
+def derived_placement(scene: SceneSection) -> dict:
+    """The spec's `placement:` for generation, as raw YAML data: per object that can move, offset
+    ranges around its nominal pose (the middle of its ranges, where the env's reset puts it), and a
+    `min_separation` from the footprints of objects that must not overlap."""
+    objects = {}
+    for name, obj in scene.objects.items():
+        p = obj.placement
+        ranges = {
+            axis: [lo - (lo + hi) / 2, hi - (lo + hi) / 2]
+            for axis, (lo, hi) in (("x", p.x), ("y", p.y), ("yaw", p.yaw))
+        }
+        if any(hi > lo for lo, hi in ranges.values()):
+            objects[name] = ranges
+    radii = [
+        o.footprint()
+        for o in scene.objects.values()
+        if o.footprint() and not o.placement.overlap and not o.placement.on_top
+    ]
+    radii.sort(reverse=True)
+    separation = round(radii[0] + radii[1] + 0.01, 4) if len(radii) >= 2 else 0.0
+    return {"objects": objects, "min_separation": separation}
+
+
+def composed_offsets(scene: SceneSection, offsets) -> dict[str, tuple[float, float, float]]:
+    """Generation's per-object offsets (name -> dx, dy, dyaw) with each `relative_to` object
+    also moved by its references' dx and dy, so that it keeps its place relative to them."""
+    composed = {name: tuple(value) for name, value in offsets.items()}
+    for name, obj in scene.objects.items():
+        dx = dy = 0.0
+        ref = obj.placement.relative_to
+        while ref is not None:
+            rx, ry, _ = offsets.get(ref, (0.0, 0.0, 0.0))
+            dx, dy, ref = dx + rx, dy + ry, scene.objects[ref].placement.relative_to
+        if dx or dy:
+            own = composed.get(name, (0.0, 0.0, 0.0))
+            composed[name] = (own[0] + dx, own[1] + dy, own[2])
+    return composed
+
+
+def template_slots(text: str) -> list[tuple[str, str]]:
+    """The {object.attribute} slots of an instruction template, in order."""
+    slots = []
+    for _, field, _, _ in string.Formatter().parse(text):
+        if field is None:
+            continue
+        obj, _, attribute = field.partition(".")
+        slots.append((obj, attribute))
+    return slots
+
+
+def check_templates(instructions: list[str], scene: SceneSection) -> tuple[str, str] | None:
+    """Every slot must name an object of the scene and an attribute it has."""
+    for i, text in enumerate(instructions):
+        try:
+            slots = template_slots(text)
+        except ValueError as err:
+            return (
+                f"instructions[{i}]",
+                f"malformed template ({err}); slots look like {{cube.color}}",
+            )
+        for obj, attribute in slots:
+            if obj not in scene.objects:
+                return (
+                    f"instructions[{i}]",
+                    f"slot {{{obj}.{attribute}}} names no object (expected one of: "
+                    f"{', '.join(scene.objects)})",
+                )
+            has = ["name", *(["color"] if scene.objects[obj].color is not None else [])]
+            if attribute not in has:
+                return (
+                    f"instructions[{i}]",
+                    f"slot {{{obj}.{attribute}}} names no attribute of {obj} "
+                    f"(expected one of: {', '.join(f'{obj}.{a}' for a in has)})",
+                )
+    return None
+
+
+def fill_from_scene(raw):
+    """Before validation: a spec with a `scene:` section gets task.env, objects and placement
+    from it where it leaves them out. A section that does not validate still gives task.env and
+    objects, so that validation reports the section's own error first."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("scene"), dict):
+        return raw
+    raw = dict(raw)
+    task = raw.get("task")
+    if isinstance(task, dict) and "env" not in task:
+        raw["task"] = {**task, "env": SCENE_ENV}
+    try:
+        scene = SceneSection.model_validate(raw["scene"])
+    except ValueError:
+        objects = raw["scene"].get("objects")
+        if isinstance(objects, dict) and objects and "objects" not in raw:
+            kinds = {k: v.get("kind") if isinstance(v, dict) else None for k, v in objects.items()}
+            raw["objects"] = {
+                str(k): f"{k}_root" if kind in COMPOSITES else f"{k}_main"
+                for k, kind in kinds.items()
+            }
+        return raw
+    raw.setdefault("objects", derived_objects(scene))
+    raw.setdefault("placement", derived_placement(scene))
+    return raw
+
+
+def scene_problem(
+    env: str,
+    success: str | None,
+    instructions: list[str],
+    scene: SceneSection | None,
+    surfaces: list[str] = (),
+) -> tuple[str, str] | None:
+    """After validation: (field, message) of what is wrong between the section and the spec.
+    `surfaces`: appearance.textures.surfaces (re-coloured per variant)."""
+    if scene is None:
+        if env == SCENE_ENV:
+            return "task.env", f"{SCENE_ENV} is built from a scene: section, and the spec has none"
+        return None
+    if env != SCENE_ENV:
+        return "task.env", "give task.env (a robosuite env) or scene: (a scene), not both"
+    if success is None:
+        return (
+            "task.success",
+            "a scene: needs its success as a predicate, e.g. inside(cube, bowl)",
+        )
+    for i, surface in enumerate(surfaces):
+        obj = scene.objects.get(surface)
+        if obj is not None and isinstance(obj.color, PaletteColor):
+            return (
+                f"appearance.textures.surfaces[{i}]",
+                f"{surface} takes its colour from a palette, named by the instructions: an "
+                "appearance variant must not re-colour it; expected it left out of surfaces",
+            )
+    return check_scene(scene) or check_templates(instructions, scene)

@@ -1,0 +1,438 @@
+"""The sections of a scene spec (`task:`, `generation:`, `cameras:`, ...) as pydantic models.
+
+Every field carries its meaning, units and the reason for its default as a `description`:
+`factory spec-help [FIELD]` prints them, `scene_specs/schema.json` (editor completion) and the
+README's spec tables are generated from them (`factory spec-help --write`). The top-level
+`SceneSpec` and loading live in `factory.spec`, which re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from factory.predicates import parse_predicate
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo must never silently fall back to a default.
+    # NaN and infinity are errors too: `.nan` in a placement range would crash every attempt.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class TaskSpec(_Strict):
+    """The robosuite task: environment, robot, controller, episode length and success."""
+
+    env: str = Field(description='robosuite environment name, e.g. "Lift", "Stack", "Door".')
+    robot: str = Field("Panda", description="robosuite robot name (single arm).")
+    controller: Literal["OSC_POSE"] = Field(
+        "OSC_POSE", description="Arm controller; generation emits delta end-effector poses."
+    )
+    control_freq: int = Field(
+        20, ge=1, le=500, description="Control steps per second (Hz); seed demos are at 20."
+    )
+    horizon: int = Field(
+        1000, ge=1, description="Most control steps one attempt may take; longer ones fail."
+    )
+    fast_control: bool = Field(
+        True,
+        description="Step with factory.fast_step: robosuite's OSC math without its per-substep "
+        "object overhead, ~2x faster, equal to env.step to ~1e-13 per step. false: env.step.",
+    )
+    success: str | None = Field(
+        None,
+        description="The task's success as a predicate over spec objects, e.g. "
+        "all(on_peg(square_nut, square_peg), on_peg(round_nut, round_peg)). "
+        "null: robosuite's own success check.",
+    )
+
+    @field_validator("success")
+    @classmethod
+    def _success(cls, text: str | None) -> str | None:
+        if text is not None and parse_predicate(text).mentions("success"):
+            raise ValueError(f"task.success cannot refer to itself ('success'), got {text!r}")
+        return text
+
+
+class SubtaskSpec(_Strict):
+    """One segment of every demo, re-targeted relative to the pose of its reference object."""
+
+    object: str = Field(
+        description="Reference object (a spec object name; any body, a door's moving handle "
+        "too): the segment is re-targeted relative to its pose."
+    )
+    ends_when: str | None = Field(
+        None,
+        description="Predicate ending the subtask, e.g. grasped(cubeA) (see the predicate "
+        "table). null or success: this subtask finishes the task; it comes last in every demo "
+        "and runs to its end.",
+    )
+    end_offset: tuple[int, int] = Field(
+        (0, 0),
+        description="[lo, hi] extra steps after the predicate first holds, drawn uniformly "
+        "per attempt; [0, 3] lets a grasp firm up.",
+    )
+
+    @field_validator("ends_when")
+    @classmethod
+    def _predicate(cls, text: str | None) -> str | None:
+        if text is not None:
+            parse_predicate(text)
+        return text
+
+    @field_validator("end_offset")
+    @classmethod
+    def _offset(cls, offset: tuple[int, int]) -> tuple[int, int]:
+        if not 0 <= offset[0] <= offset[1]:
+            raise ValueError(f"expected [lo, hi] with 0 <= lo <= hi, got {list(offset)}")
+        return offset
+
+
+class PlacementRange(_Strict):
+    """Offsets from the object's pose at the start of the first seed demo, drawn uniformly."""
+
+    x: tuple[float, float] = Field((0.0, 0.0), description="[lo, hi] metres along world x.")
+    y: tuple[float, float] = Field((0.0, 0.0), description="[lo, hi] metres along world y.")
+    yaw: tuple[float, float] = Field(
+        (0.0, 0.0), description="[lo, hi] radians about the world z axis."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PlacementRange:
+        for axis in ("x", "y", "yaw"):
+            lo, hi = getattr(self, axis)
+            if lo > hi:
+                raise ValueError(f"{axis} must be [lo, hi] with lo <= hi, got [{lo}, {hi}]")
+        return self
+
+
+class PlacementSpec(_Strict):
+    """Where objects start in each attempt, relative to the first seed demo's start."""
+
+    objects: dict[str, PlacementRange] = Field(
+        {},
+        description="Spec object name -> x, y, yaw ranges (offsets from the first seed demo's "
+        "start; a fixture such as the door moves with its body). Absent: starts as in the demo.",
+    )
+    min_separation: float = Field(
+        0.0, ge=0.0, description="Metres between object centres (xy), enforced by rejection."
+    )
+
+
+class GenerationSpec(_Strict):
+    """MimicGen's knobs: how attempts are made from the seed demos, and when they count."""
+
+    attempts: int = Field(
+        100, ge=1, description="Most generation attempts; only successes are kept and rendered."
+    )
+    target_successes: int | None = Field(
+        None,
+        ge=1,
+        description="Stop once this many attempts succeeded (each gives "
+        "appearance.variants_per_trajectory episodes). null: run every attempt.",
+    )
+    attempts_per_shard: int = Field(
+        10, ge=1, description="Attempts per shard: the unit of distributed work and of resume."
+    )
+    source_selection: Literal["random", "nearest_object", "nearest_robot"] = Field(
+        "random",
+        description="How a source demo is picked: random; nearest_object: at random among the "
+        "nearest_k demos whose reference object (at the segment start) is nearest the current "
+        "one; nearest_robot: likewise by end-effector pose.",
+    )
+    nearest_k: int = Field(
+        3, ge=1, description="Candidates for nearest_object and nearest_robot selection."
+    )
+    source_per: Literal["episode", "subtask"] = Field(
+        "episode", description="One source demo per episode, or a new pick per subtask."
+    )
+    action_noise: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Std of Gaussian noise on the arm actions, in action units (MimicGen's "
+        "default).",
+    )
+    noise_during_interpolation: bool = Field(
+        True, description="Whether the bridging steps get action noise too."
+    )
+    interpolation_steps: int = Field(
+        5, ge=0, description="Control steps bridging to a segment's first target."
+    )
+    fixed_steps: int = Field(
+        0, ge=0, description="Control steps holding the first target before a segment."
+    )
+    start_from: Literal["current_pose", "last_target"] = Field(
+        "current_pose",
+        description="Where a bridge starts: the robot's current pose, or the last target of the "
+        "previous segment (MimicGen's default for later segments).",
+    )
+    subtask_retries: int = Field(
+        0,
+        ge=0,
+        description="Per subtask: restore the MuJoCo state saved at its start and try again "
+        "(another source, offset and noise); the stored episode is the continuous successful "
+        "branch.",
+    )
+    settle_steps: int = Field(
+        5,
+        ge=0,
+        description="With retries on: steps a subtask's predicate may take to hold after its "
+        "segment, holding the last target (a closing gripper needs a moment to register a "
+        "grasp), before the subtask counts as failed.",
+    )
+    success_hold_steps: int = Field(
+        1,
+        ge=1,
+        description="Success must hold on this many final steps, not merely at some step.",
+    )
+    transit: Literal["direct", "over"] = Field(
+        "direct",
+        description="The motion bridging two segments: direct interpolates straight to the next "
+        "segment's first target; over rises to transit_clearance above the higher of the two "
+        "poses, crosses and descends, so a carried object does not sweep through the others.",
+    )
+    transit_clearance: float = Field(
+        0.08, ge=0.0, le=0.5, description="Metres above both poses, for transit: over."
+    )
+    transit_speed: float = Field(
+        0.02,
+        gt=0.0,
+        le=0.2,
+        description="Metres per control step on the way, for transit: over.",
+    )
+
+
+class CameraSpec(_Strict):
+    """One rendered camera: RGB always (upright JPEG), depth and segmentation on request."""
+
+    name: str = Field(
+        description="A camera of the robosuite model, e.g. agentview, robot0_eye_in_hand."
+    )
+    width: int = Field(84, ge=8, le=2048, description="Pixels; 84 as in robomimic's datasets.")
+    height: int = Field(84, ge=8, le=2048, description="Pixels.")
+    depth: bool = Field(
+        False, description="Also store metric depth (16-bit PNG, millimetres; read as metres)."
+    )
+    segmentation: Literal["none", "geom", "body", "object"] = Field(
+        "none",
+        description="Also store a segmentation image: per pixel the MuJoCo geom or body id + 1, "
+        "or the spec object (1..n in `objects` order); 0 = anything else.",
+    )
+
+
+class RenderSpec(_Strict):
+    """Renderer settings; defaults measured under software GL (benchmarks/bench_render.py)."""
+
+    reflections: bool = Field(
+        False, description="Mirror reflections; off renders ~1.9x faster under software GL."
+    )
+    shadows: bool = Field(True, description="Shadow mapping.")
+    multisamples: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Anti-aliasing samples per pixel; 0 renders ~1.8x faster under software GL, "
+        "4 matches robosuite's look.",
+    )
+    jpeg_quality: int = Field(90, ge=1, le=100, description="JPEG quality of the RGB frames.")
+    gpus_per_worker: float = Field(
+        0.0,
+        ge=0.0,
+        description="GPUs each Ray worker asks for (fractions share one); > 0 renders with EGL "
+        "on the GPU Ray assigns (MUJOCO_EGL_DEVICE_ID). 0: CPU workers, software GL.",
+    )
+
+
+class TextureBankSpec(_Strict):
+    """Textures made once per dataset by a diffusers text-to-image pipeline (Stable Diffusion)."""
+
+    model: str = Field(
+        description="A Hugging Face model id (already in the local cache: nothing is "
+        "downloaded) or a local folder from save_pretrained."
+    )
+    prompts: list[str] = Field(
+        min_length=1, description='e.g. "a wooden table top, seamless texture, top view".'
+    )
+    per_prompt: int = Field(4, ge=1, description="Images made per prompt.")
+    steps: int = Field(25, ge=1, description="Denoising steps.")
+    guidance_scale: float = Field(7.5, ge=0.0, description="Classifier-free guidance scale.")
+    size: int = Field(
+        256, ge=64, le=1024, multiple_of=8, description="Side of the square images, pixels."
+    )
+    seed: int = Field(
+        0, ge=0, description="Image j of prompt i uses a seed derived from (seed, i, j)."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the pipeline runs; auto: cuda when available."
+    )
+    share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Chance a randomised surface takes a bank texture, not a procedural one.",
+    )
+
+
+class TextureRandomization(_Strict):
+    """New textures or colours per appearance variant."""
+
+    surfaces: list[str] = Field(
+        ["table", "floor", "walls"],
+        description="Surfaces to re-texture: table, floor, walls and spec object names (only "
+        "if the instructions do not name colours). A textured material gets a new image, an "
+        "untextured one a new colour.",
+    )
+    patterns: list[Literal["solid", "checker", "stripes", "noise", "gradient", "wood"]] = Field(
+        ["solid", "checker", "stripes", "noise", "gradient", "wood"],
+        description="Built-in procedural patterns drawn from (numpy only, no model weights).",
+    )
+    bank: TextureBankSpec | None = Field(
+        None, description="A generative texture bank; null: procedural patterns only."
+    )
+
+
+class LightRandomization(_Strict):
+    """Light changes per appearance variant, each light in its body's frame."""
+
+    position: float = Field(
+        0.0, ge=0.0, description="Metres: each light moves by U(-p, p) per axis."
+    )
+    direction: float = Field(
+        0.0, ge=0.0, le=3.1416, description="Radians: each light direction tilts by up to this."
+    )
+    intensity: tuple[float, float] = Field(
+        (1.0, 1.0), description="[lo, hi]: diffuse light scaled by U(lo, hi)."
+    )
+    color: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Diffuse also scaled per channel by 1 + U(-c, c): a tint around white.",
+    )
+
+    @field_validator("intensity")
+    @classmethod
+    def _range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 <= value[0] <= value[1]:
+            raise ValueError(f"expected [lo, hi] with 0 <= lo <= hi, got {list(value)}")
+        return value
+
+
+class CameraJitter(_Strict):
+    """Camera pose changes per variant, relative to the camera's parent body (eye-in-hand: hand)."""
+
+    position: float = Field(
+        0.0, ge=0.0, description="Metres: the camera moves by U(-p, p) per axis."
+    )
+    orientation: float = Field(
+        0.0,
+        ge=0.0,
+        le=3.1416,
+        description="Radians: the camera turns by up to this about a random axis.",
+    )
+
+
+class AppearanceSpec(_Strict):
+    """Per-episode looks: each trajectory is rendered K times, each render its own episode."""
+
+    variants_per_trajectory: int = Field(
+        1,
+        ge=1,
+        description="K: episode index = attempt id * K + variant; variant k draws its looks "
+        "from a seed derived from (spec seed, attempt seed, k), recorded in "
+        "provenance.appearance.",
+    )
+    keep_original: bool = Field(
+        True, description="Variant 0 of each trajectory renders the scene as modelled."
+    )
+    textures: TextureRandomization | None = Field(
+        None, description="Texture and colour changes; null: none."
+    )
+    lights: LightRandomization | None = Field(None, description="Light changes; null: none.")
+    camera: CameraJitter | None = Field(None, description="Camera pose jitter; null: none.")
+
+
+class WaypointSpec(_Strict):
+    """One leg of a scripted seed demo: reach a gripper pose relative to an object in `steps`.
+
+    The target's frame is taken when the waypoint starts; `factory/script.py` turns it into a pose.
+    """
+
+    relative_to: str | None = Field(
+        None,
+        description="Spec object whose pose, when this waypoint starts, is the frame of pos, rot "
+        "and turn. null: the previous waypoint's target (the robot's start pose for the first); "
+        "pos is then an offset in world axes and the orientation is kept.",
+    )
+    pos: tuple[float, float, float] = Field(
+        (0.0, 0.0, 0.0), description="Metres, in the frame set by relative_to and orientation."
+    )
+    orientation: Literal["top_down", "object_yaw", "object"] = Field(
+        "top_down",
+        description="top_down: world axes at the object's position; object_yaw: those axes "
+        "turned by the object's yaw (a box grasped across its sides); object: the object's full "
+        "frame (a door handle).",
+    )
+    rot: tuple[float, float, float] = Field(
+        (0.0, 0.0, 0.0),
+        description="Roll, pitch, yaw (radians, about the frame's x, y, z in that order) of the "
+        "gripper relative to a top-down grasp (pointing down -z, fingers closing along y). For "
+        "top_down and object_yaw the half turn nearer the robot's home orientation is used.",
+    )
+    turn: tuple[float, float, float] = Field(
+        (0.0, 0.0, 0.0),
+        description="Axis-angle (radians) in the object frame: the whole target turns about the "
+        "object's origin (a handle about its latch).",
+    )
+    gripper: Literal["open", "close"] = Field(
+        description="The gripper command held during this waypoint."
+    )
+    steps: int = Field(
+        ge=1,
+        description="Control steps to reach the target (interpolated); 20 per second at 20 Hz.",
+    )
+
+    @field_validator("pos", "rot", "turn", mode="before")
+    @classmethod
+    def _three(cls, value):
+        if not isinstance(value, list | tuple) or len(value) != 3:
+            raise ValueError(f"expected three numbers, e.g. [0, 0, 0.1], got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _frame_needed(self) -> WaypointSpec:
+        framed = {"rot", "turn", "orientation"} & self.model_fields_set
+        if self.relative_to is None and framed:
+            raise ValueError(
+                f"{', '.join(sorted(framed))} need relative_to (without it the previous "
+                "target's orientation is kept and pos is a world offset), e.g. "
+                "{relative_to: can, pos: [0, 0, 0.1], rot: [0, 0, 1.57]}"
+            )
+        return self
+
+
+class ScriptSpec(_Strict):
+    """Seed demos without a person: `factory script SPEC --out demo.hdf5` runs these waypoints."""
+
+    demos: int = Field(
+        3,
+        ge=1,
+        description="Demos to record. Each starts from the reset layout plus a placement drawn "
+        "from placement: with a seed derived from (seed, demo, try), none on demo 0's first try "
+        "(generation places around the first demo's start); a try counts only if the task's "
+        "success holds at its end.",
+    )
+    tries: int = Field(
+        5, ge=1, description="Per demo: tries before `factory script` gives up with an error."
+    )
+    waypoints: list[WaypointSpec] = Field(min_length=1, description="Executed in order.")
+
+
+class OutputSpec(_Strict):
+    """Where the dataset is written."""
+
+    dir: str | None = Field(
+        None, description="Output folder, relative to the working directory; null: out/<name>."
+    )

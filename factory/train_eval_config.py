@@ -1,0 +1,69 @@
+"""Settings of `factory train-eval`: one typed field per CLI flag, its description the flag's help.
+
+Kept apart from `factory.train_eval` (which imports torch) so that building the CLI's parser
+stays cheap: `factory --help` and every other command must not pay torch's import.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainEvalConfig(BaseModel):
+    """Training and evaluation settings; every field has a CLI flag of the same name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    horizon: int = Field(16, ge=1, description="H: actions predicted per chunk")
+    execute: int = Field(
+        8, ge=1, description="actions of each chunk executed before predicting again (<= horizon)"
+    )
+    temporal_ensemble: float | None = Field(
+        None,
+        ge=0.0,
+        description="ACT's temporal ensemble decay m: predict every step and average the chunks "
+        "(off when unset)",
+    )
+    steps: int = Field(6_000, ge=1, description="gradient steps (the training budget)")
+    batch_size: int = Field(256, ge=1, description="samples per gradient step")
+    lr: float = Field(1e-3, gt=0.0, description="AdamW peak learning rate, cosine-decayed to 0")
+    weight_decay: float = Field(1e-4, ge=0.0, description="AdamW weight decay")
+    hidden: int = Field(256, ge=1, description="MLP width")
+    layers: int = Field(3, ge=1, description="hidden layers of the MLP")
+    rollouts: int = Field(50, ge=0, description="evaluation episodes in the simulator")
+    eval_horizon: int | None = Field(
+        None, ge=1, description="steps per rollout (unset: the spec's task.horizon)"
+    )
+    success_hold: int | None = Field(
+        None,
+        ge=1,
+        description="steps success must hold to count (unset: generation.success_hold_steps)",
+    )
+    seed: int = Field(0, ge=0, description="training seed (initialization, batches)")
+    threads: int = Field(1, ge=1, description="torch intra-op threads")
+    camera: str | None = Field(
+        None,
+        description="a camera of the dataset whose frames join the observation through a small "
+        "CNN (unset: low-dim only); frames are held in memory (N*3*h*w bytes) and rollouts render "
+        "the same camera",
+    )
+    drop_idle: bool = Field(
+        True,
+        description="train only on steps where something happens: a human's pauses otherwise "
+        "teach the policy to stand still where it paused",
+    )
+    idle_window: int = Field(
+        8,
+        ge=1,
+        description="a step is idle when, over the next IDLE_WINDOW steps, the eef stays within "
+        "IDLE_DISTANCE, the fingers within 1 mm and the gripper command does not change",
+    )
+    idle_distance: float = Field(
+        0.005, ge=0.0, description="metres the eef may move in an idle window"
+    )
+    time_feature: bool = Field(
+        True,
+        description="add the step index (over task.horizon) to the observation: without it a "
+        "memoryless policy cannot tell a pause from the moment after it (Stack: hold, then "
+        "release)",
+    )

@@ -1,0 +1,103 @@
+"""Plain records exchanged between stages (seed demos, annotations, attempts).
+
+Poses are 4x4 homogeneous matrices in the MuJoCo world frame, metres and
+radians. `T` is a number of control steps, `N` the size of a flattened MuJoCo
+state (time, qpos, qvel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SeedDemo:
+    """One human demonstration as recorded.
+
+    states: [T, N] float64 flattened MuJoCo states, the ground truth.
+    actions: [T, 7] float64 OSC_POSE deltas (3 position, 3 axis-angle, 1 gripper) in [-1, 1].
+    """
+
+    name: str  # e.g. "demo_1"
+    source: Path  # the hdf5 file
+    env_name: str  # robosuite env it was recorded in, "" when the file does not say
+    states: np.ndarray
+    actions: np.ndarray
+    # Poses of fixtures robosuite re-draws at reset (body -> [x, y, z, qw, qx, qy, qz]) when the
+    # file records them (`factory script` does; human demos do not): see `Scene.reset`.
+    fixture_poses: Mapping[str, Sequence[float]] | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.states)
+
+    @property
+    def label(self) -> str:
+        return f"{self.source.name}:{self.name}"
+
+
+@dataclass(frozen=True)
+class AnnotatedDemo:
+    """A seed demo replayed in the current simulator, ready to be re-targeted.
+
+    eef_poses: [T, 4, 4] end-effector (grip site) poses.
+    object_poses: spec object name -> [T, 4, 4] body poses.
+    gripper: [T] gripper command per step (the demo's last action dimension).
+    subtask_ends: per subtask (spec index), the step at which it ends in this demo: one past
+        the first step at which its predicate holds, a gripper event, or the demo length.
+    order: subtask indices in the order this demo does them.
+    """
+
+    demo: SeedDemo
+    eef_poses: np.ndarray
+    object_poses: Mapping[str, np.ndarray]
+    gripper: np.ndarray
+    subtask_ends: tuple[int, ...]
+    order: tuple[int, ...] = ()
+    # Per subtask (spec index): why its segment ends where it does, for `factory annotate`.
+    end_reasons: tuple[str, ...] = ()
+    fixture_poses: Mapping[str, Sequence[float]] | None = None  # as replayed (see SeedDemo)
+    holds: np.ndarray | None = None  # [T, subtasks] bool: each subtask's end predicate per step
+    # Per subtask (spec index): where its segment starts. Empty: where the previous one ended.
+    # Later than that when the person was still busy with an object of no concern to this subtask.
+    subtask_starts: tuple[int, ...] = ()
+
+    def segment(self, position: int) -> tuple[int, int]:
+        """[start, end) of the `position`-th subtask in this demo's order."""
+        index = self.order[position]
+        if self.subtask_starts:
+            return self.subtask_starts[index], self.subtask_ends[index]
+        start = 0 if position == 0 else self.subtask_ends[self.order[position - 1]]
+        return start, self.subtask_ends[index]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One generation attempt, successful or not (physics only, nothing rendered).
+
+    states: [T, N] float64 MuJoCo state before each action.
+    actions: [T, 7] float32 the commands executed (noise included).
+    proprio: [T, 9] float32 eef position (3), eef quaternion xyzw (4), gripper joints (2).
+    """
+
+    attempt_id: int  # global index, unique in the dataset
+    shard: int
+    seed: int
+    success: bool
+    reason: str  # "" on success; why it failed otherwise
+    states: np.ndarray
+    actions: np.ndarray
+    proprio: np.ndarray
+    subtasks_done: int  # subtasks completed (their check held) before the attempt ended
+    provenance: Mapping[str, object] = field(default_factory=dict)
+    failed_subtask: int | None = None  # spec index of the subtask where it failed, if known
+    retries: tuple[int, ...] = ()  # per subtask (spec index): retries spent
+    reached: tuple[int, ...] = ()  # spec indices of the subtasks this attempt started, in order
+
+    @property
+    def length(self) -> int:
+        return len(self.actions)

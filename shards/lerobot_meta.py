@@ -1,0 +1,191 @@
+"""The metadata of a LeRobot v3.0 export: the layout's paths, info, stats, tasks and episodes.
+
+    the writer's totals (episodes rows, tasks, frames, files, image statistics)
+      -> meta/episodes/chunk-000/file-000.parquet, meta/tasks.parquet
+      -> meta/stats.json: state and action from our stats.json, images per channel
+      -> meta/info.json: features (video info probed from the first file), totals, paths  _info
+
+What each file holds is described in `shards.export_lerobot`'s module docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shards.export_source import Source
+from shards.format import ACTION_KEY, STATE_KEY, dumps_json
+from shards.lerobot_video import probe_video
+
+CODEBASE_VERSION = "v3.0"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+TASKS_PATH = "meta/tasks.parquet"
+INFO_PATH = "meta/info.json"
+STATS_PATH = "meta/stats.json"
+
+INDEX_COLUMNS = ("frame_index", "episode_index", "index", "task_index")
+_STATS_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
+
+
+def video_key(camera: str) -> str:
+    """The LeRobot feature of a camera, e.g. ``observation.images.agentview``."""
+    return f"observation.images.{camera}"
+
+
+class ImageStats:
+    """Per-channel statistics of RGB frames scaled to [0, 1], accumulated exactly in float64."""
+
+    def __init__(self) -> None:
+        self.frames, self.pixels = 0, 0
+        self.sum, self.sumsq = np.zeros(3), np.zeros(3)
+        self.min, self.max = np.full(3, np.inf), np.full(3, -np.inf)
+
+    def add(self, frames: Sequence[np.ndarray]) -> None:
+        for pixels in frames:
+            values = pixels.reshape(-1, 3).astype(np.float64) / 255.0
+            self.sum += values.sum(axis=0)
+            self.sumsq += np.square(values).sum(axis=0)
+            self.min = np.minimum(self.min, values.min(axis=0))
+            self.max = np.maximum(self.max, values.max(axis=0))
+            self.frames, self.pixels = self.frames + 1, self.pixels + len(values)
+
+    def to_json(self) -> dict[str, Any]:
+        """LeRobot's image statistics: each [3, 1, 1] (channel first), count [frames]."""
+        mean = self.sum / self.pixels
+        std = np.sqrt(np.maximum(self.sumsq / self.pixels - np.square(mean), 0.0))
+        shaped = {
+            name: [[[float(v)]] for v in values]
+            for name, values in (("mean", mean), ("std", std), ("min", self.min), ("max", self.max))
+        }
+        return {**shaped, "count": [self.frames]}
+
+
+class WrittenFiles(Protocol):
+    """What the export's writer (`shards.export_lerobot._LeRobotWriter`) knows at the end."""
+
+    root: Path  # the export being built
+    chunk_size: int  # files per chunk folder
+    data_limit: float  # bytes: a data file rolls over past this
+    video_limit: float  # bytes: ... or a video past this
+    tasks: Mapping[str, int]  # instruction -> task_index
+    episodes: Sequence[Mapping[str, Any]]  # the episodes rows
+    frames: int  # over all episodes
+    video_sizes: Mapping[str, tuple[int, int]]  # video key -> (width, height), even
+    image_stats: Mapping[str, ImageStats]  # video key -> statistics of its frames
+
+
+def write_meta(root: Path, source: Source, writer: WrittenFiles, stats: Mapping[str, Any]) -> None:
+    """meta/episodes, meta/tasks.parquet, meta/stats.json and meta/info.json under `root`."""
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    episodes_path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
+    episodes_path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(writer.episodes), episodes_path)
+    pq.write_table(_tasks_table(writer.tasks), root / TASKS_PATH)
+    lerobot_stats = {
+        "observation.state": _key_stats(stats[STATE_KEY]),
+        ACTION_KEY: _key_stats(stats[ACTION_KEY]),
+        **{key: image_stats.to_json() for key, image_stats in writer.image_stats.items()},
+    }
+    (root / STATS_PATH).write_text(dumps_json(lerobot_stats, indent=4) + "\n", encoding="utf-8")
+    info = _info(source, writer)
+    (root / INFO_PATH).write_text(dumps_json(info, indent=4) + "\n", encoding="utf-8")
+
+
+def _key_stats(key_stats: Any) -> dict[str, Any]:
+    return {
+        **{name: getattr(key_stats, name) for name in _STATS_FIELDS},
+        "count": [key_stats.count],
+    }
+
+
+def _tasks_table(tasks: Mapping[str, int]) -> pa.Table:
+    """task -> task_index, as pandas' ``DataFrame(index=Index(tasks, name="task")).to_parquet``
+    writes it."""
+    table = pa.table(
+        {
+            "task_index": pa.array(list(tasks.values()), pa.int64()),
+            "task": pa.array(list(tasks), pa.string()),
+        }
+    )
+    pandas_meta = {
+        "index_columns": ["task"],
+        "column_indexes": [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ],
+        "columns": [
+            {
+                "name": "task_index",
+                "field_name": "task_index",
+                "pandas_type": "int64",
+                "numpy_type": "int64",
+                "metadata": None,
+            },
+            {
+                "name": "task",
+                "field_name": "task",
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": None,
+            },
+        ],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.3",
+    }
+    return table.replace_schema_metadata({b"pandas": dumps_json(pandas_meta).encode("utf-8")})
+
+
+def _info(source: Source, writer: WrittenFiles) -> dict[str, Any]:
+    features: dict[str, Any] = {}
+    for camera in source.cameras:
+        key = video_key(camera.name)
+        width, height = writer.video_sizes[key]
+        features[key] = {
+            "dtype": "video",
+            "shape": [height, width, 3],
+            "names": ["height", "width", "channels"],
+            "info": probe_video(
+                writer.root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0),
+                source.fps,
+            ),
+        }
+    for key, layout in (
+        ("observation.state", source.state_layout),
+        (ACTION_KEY, source.action_layout),
+    ):
+        names = [name if size == 1 else f"{name}_{i}" for name, size in layout for i in range(size)]
+        features[key] = {"dtype": "float32", "shape": [len(names)], "names": names}
+    features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
+    for name in INDEX_COLUMNS:
+        features[name] = {"dtype": "int64", "shape": [1], "names": None}
+    return {
+        "codebase_version": CODEBASE_VERSION,
+        "robot_type": source.info.get("robot"),
+        "total_episodes": len(writer.episodes),
+        "total_frames": writer.frames,
+        "total_tasks": len(writer.tasks),
+        "chunks_size": writer.chunk_size,
+        "data_files_size_in_mb": _number(writer.data_limit / 2**20),
+        "video_files_size_in_mb": _number(writer.video_limit / 2**20),
+        "fps": source.fps,
+        "splits": {"train": f"0:{len(writer.episodes)}"},
+        "data_path": DATA_PATH,
+        "video_path": VIDEO_PATH if source.cameras else None,
+        "features": features,
+    }
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
