@@ -279,7 +279,25 @@ def _check_output_file(path: Path, flag: str) -> None:
         raise UserError(f"{path}: {flag}: cannot write into {parent} (permission denied)")
 
 
+def _check_still_dir(path: Path) -> None:
+    """A UserError unless `--still DIR` can be made: a folder, or a path whose first existing
+    ancestor is a writable folder (checked before anything is built or written)."""
+    import os
+
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{path}: --still: is a file, expected a directory for the PNGs")
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UserError(f"{path}: --still: {ancestor} is not a directory; expected a folder path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: --still: cannot write into {ancestor} (permission denied)")
+
+
 def cmd_validate(args) -> int:
+    if args.still is not None:
+        _check_still_dir(args.still)
     resolved = _load(args.spec)
     spec = resolved.spec
     ends = ", ".join(f"{d.demo.name}: {list(d.subtask_ends)}" for d in resolved.demos)

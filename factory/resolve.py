@@ -47,9 +47,12 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
     except SpecError:
         raise
     except Exception as err:  # robosuite raises bare exceptions for unusable combinations
+        # MuJoCo names the element it refused: one of a scene's objects (<name>_...) is named.
+        objects = spec.scene.objects if spec.scene is not None else {}
+        field = next((f"scene.objects.{n}" for n in objects if f"'{n}_" in str(err)), "task")
         raise SpecError(
             spec.path,
-            "task",
+            field,
             f"robosuite cannot build {spec.task.env} with {spec.task.robot}: {err}",
         ) from None
     cameras = scene.camera_names()

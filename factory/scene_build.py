@@ -24,6 +24,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from xml.sax.saxutils import quoteattr
 
 import mujoco
 import numpy as np
@@ -139,7 +140,8 @@ def camera_quat(cam: SceneCamera) -> np.ndarray:
 def _mesh_bounds(path: Path, scale: float) -> np.ndarray:
     """[2, 3] bounds of a mesh file as MuJoCo loads it; ValueError with MuJoCo's reason."""
     xml = (
-        f'<mujoco><asset><mesh name="m" file="{path}" scale="{scale} {scale} {scale}"/></asset>'
+        f'<mujoco><asset><mesh name="m" file={quoteattr(str(path))} '
+        f'scale="{scale} {scale} {scale}"/></asset>'
         '<worldbody><body><geom type="mesh" mesh="m"/></body></worldbody></mujoco>'
     )
     model = mujoco.MjModel.from_xml_string(xml)
@@ -161,6 +163,8 @@ def check_scene_files(scene: SceneSection, spec_path: Path) -> None:
         for field, rel in files:
             where = f"scene.objects.{name}.{field}"
             path = (base / rel).resolve()
+            if path.is_dir():
+                raise SpecError(spec_path, where, f"{path} is a directory, expected a file")
             if not path.is_file():
                 raise SpecError(spec_path, where, f"file not found: {path}")
             try:
@@ -205,9 +209,11 @@ def mesh_object_xml(name: str, obj: ObjectSpec, base: Path, rgba) -> str:
     lo, hi = _mesh_bounds(visual, obj.scale)
     scale = " ".join([str(obj.scale)] * 3)
     color = array_to_string(rgba or (0.8, 0.8, 0.8, 1.0))
-    assets = [f'<mesh name="{name}_visual" file="{visual}" scale="{scale}"/>']
+    # quoteattr: a path may hold " & < (a user's folder names), which XML must escape
+    assets = [f'<mesh name="{name}_visual" file={quoteattr(str(visual))} scale="{scale}"/>']
     assets += [
-        f'<mesh name="{name}_hull{i}" file="{h}" scale="{scale}"/>' for i, h in enumerate(hulls)
+        f'<mesh name="{name}_hull{i}" file={quoteattr(str(h))} scale="{scale}"/>'
+        for i, h in enumerate(hulls)
     ]
     physics = f'friction="{array_to_string(obj.friction)}"' if obj.friction else ""
     if obj.mass is not None:

@@ -74,6 +74,12 @@ SIZES: dict[str, tuple[int, str]] = {
     "bowl": (2, "[outer radius, half height], e.g. [0.07, 0.03]"),
     "bin": (3, "[half x, half y, half height], e.g. [0.1, 0.1, 0.04]"),
 }
+# Bounds on sizes (metres): a table-top object, and what robosuite's composites need (a bowl's
+# wall is 8 mm and its floor 8 mm thick; a bin's walls are 1 cm).
+MAX_TABLE = 10.0
+MAX_SIZE = 1.0
+MIN_SIZES: dict[str, tuple[float, ...]] = {"bowl": (0.015, 0.008), "bin": (0.01, 0.01, 0.01)}
+MIN_SIZE = 0.001
 COMPOSITES = ("bowl", "bin")  # robosuite composite objects: their body is <name>_root
 ATTRIBUTES = ("name", "color")  # what an instruction slot {object.attribute} may name
 
@@ -81,6 +87,34 @@ ATTRIBUTES = ("name", "color")  # what an instruction slot {object.attribute} ma
 class _Strict(BaseModel):
     # As in factory/spec.py: unknown keys and NaN are errors.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _check_color(color):
+    """A colour name of COLORS or [r, g, b, a] within 0..1 (palettes are checked elsewhere)."""
+    if isinstance(color, str) and color not in COLORS:
+        raise ValueError(f"unknown colour {color!r} (expected one of: {', '.join(COLORS)})")
+    if isinstance(color, tuple) and not all(0.0 <= c <= 1.0 for c in color):
+        raise ValueError(f"expected [r, g, b, a] each within 0 and 1, got {list(color)}")
+    return color
+
+
+def _color_shape(value, palette: bool):
+    """Before the union is tried: one message for a colour of the wrong shape (not one per
+    union member, `color.str: ...; color.tuple[...]: ...`)."""
+    if value is None or isinstance(value, str) or (palette and isinstance(value, dict)):
+        return value
+    if isinstance(value, list | tuple) and len(value) == 4:
+        return value
+    expected = "a colour name, [r, g, b, a]" + (" or {palette: NAME}" if palette else "")
+    raise ValueError(f"expected {expected}, e.g. red or [0.9, 0.1, 0.1, 1], got {value!r}")
+
+
+def _check_friction(friction):
+    if friction is not None and min(friction) < 0:
+        raise ValueError(
+            f"expected [sliding, torsional, rolling] friction each >= 0, got {list(friction)}"
+        )
+    return friction
 
 
 def _ordered(name: str, value: tuple[float, float]) -> tuple[float, float]:
@@ -107,9 +141,29 @@ class TableSpec(_Strict):
     @field_validator("size")
     @classmethod
     def _positive(cls, size: tuple[float, float, float]) -> tuple[float, float, float]:
-        if min(size) <= 0:
-            raise ValueError(f"expected three sizes > 0, e.g. [0.8, 0.8, 0.05], got {list(size)}")
+        if min(size) <= 0 or max(size) > MAX_TABLE:
+            raise ValueError(
+                f"expected three sizes > 0 and <= {MAX_TABLE} m, e.g. [0.8, 0.8, 0.05], "
+                f"got {list(size)}"
+            )
         return size
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TableSpec:
+        if self.size[2] >= self.height:
+            raise ValueError(
+                f"the top's thickness (size[2] = {self.size[2]}) must be less than its height "
+                f"({self.height}): the legs stand under it"
+            )
+        return self
+
+    _color = field_validator("color")(_check_color)
+    _friction = field_validator("friction")(_check_friction)
+
+    @field_validator("color", mode="before")
+    @classmethod
+    def _color_kind(cls, value):
+        return _color_shape(value, palette=False)  # the table's colour is fixed
 
 
 class PaletteColor(_Strict):
@@ -157,7 +211,9 @@ class ObjectSpec(_Strict):
     color: str | tuple[float, float, float, float] | PaletteColor | None = Field(
         None, description="A colour name, [r, g, b, a], or {palette: NAME} drawn per episode."
     )
-    density: float | None = Field(None, gt=0, description="kg/m^3; none: robosuite's default.")
+    density: float | None = Field(
+        None, gt=0, le=1e5, description="kg/m^3; none: robosuite's default."
+    )
     friction: tuple[float, float, float] | None = Field(
         None, description="MuJoCo sliding, torsional and rolling friction."
     )
@@ -169,7 +225,7 @@ class ObjectSpec(_Strict):
         [], description="kind mesh: convex hull files for collision; none: the visual mesh's hull."
     )
     scale: float = Field(1.0, gt=0, description="kind mesh or mjcf: uniform scale of the file.")
-    mass: float | None = Field(None, gt=0, description="kind mesh: total mass, kg.")
+    mass: float | None = Field(None, gt=0, le=1000, description="kind mesh: total mass, kg.")
     fixed: bool = Field(False, description="A fixture: a static body (no free joint).")
     noun: str | None = Field(
         None, description="What instructions call it ({obj.name}); default: the object's key."
@@ -184,6 +240,12 @@ class ObjectSpec(_Strict):
             count, what = SIZES[self.kind]
             if self.size is None or len(self.size) != count or min(self.size) <= 0:
                 raise ValueError(f"kind {self.kind} needs size {what}, got {self.size!r}")
+            least = MIN_SIZES.get(self.kind, (MIN_SIZE,) * count)
+            if any(v < lo or v > MAX_SIZE for v, lo in zip(self.size, least, strict=True)):
+                raise ValueError(
+                    f"kind {self.kind} needs size {what} with each at least "
+                    f"{list(least)} and at most {MAX_SIZE} m, got {list(self.size)}"
+                )
         elif self.size is not None:
             raise ValueError(f"size is for primitives ({', '.join(SIZES)}), not kind {self.kind}")
         if self.kind == "robosuite":
@@ -202,11 +264,25 @@ class ObjectSpec(_Strict):
             raise ValueError(f"file is for kind mesh or mjcf, not {self.kind}")
         if self.kind != "mesh" and (self.collision or self.mass is not None):
             raise ValueError("collision and mass are for kind mesh")
-        if isinstance(self.color, str) and self.color not in COLORS:
-            raise ValueError(
-                f"unknown colour {self.color!r} (expected one of: {', '.join(COLORS)})"
-            )
         return self
+
+    _color = field_validator("color")(_check_color)
+    _friction = field_validator("friction")(_check_friction)
+
+    @field_validator("color", mode="before")
+    @classmethod
+    def _color_kind(cls, value):
+        return _color_shape(value, palette=True)
+
+    @field_validator("noun")
+    @classmethod
+    def _noun(cls, noun: str | None) -> str | None:
+        if noun is not None and (not noun.strip() or set(noun) & set("{}\n")):
+            raise ValueError(
+                "what instructions call the object, e.g. 'mug': expected words without braces "
+                f"or line breaks, got {noun!r}"
+            )
+        return noun
 
     def footprint(self) -> float | None:
         """Radius of the object's footprint on the table (m) where the spec alone says it."""
@@ -215,6 +291,9 @@ class ObjectSpec(_Strict):
         if self.kind in ("box", "bin"):
             return math.hypot(self.size[0], self.size[1])
         return self.size[0]
+
+
+MAX_CAMERA = 20.0  # metres from the origin: further, the scene is a few pixels (or clipped)
 
 
 class SceneCamera(_Strict):
@@ -239,6 +318,19 @@ class SceneCamera(_Strict):
             )
         if self.look_at is not None and math.dist(self.pos, self.look_at) < 1e-6:
             raise ValueError("look_at is the camera's own position: it looks at nothing")
+        if self.quat is not None and math.hypot(*self.quat) < 1e-6:
+            raise ValueError(
+                f"quat must be a rotation (w, x, y, z), not zero, e.g. [0.5, 0.5, 0.5, 0.5], "
+                f"got {list(self.quat)}"
+            )
+        far = [*self.pos, *(self.look_at or ())]
+        if max(abs(v) for v in far) > MAX_CAMERA:
+            raise ValueError(f"expected pos and look_at within {MAX_CAMERA} m of the origin")
+        if re.match(r"robot\d+_", self.name):
+            raise ValueError(
+                f"camera names robot<N>_... are the robots' own cameras, got {self.name!r}; "
+                "expected another name, e.g. frontcam"
+            )
         return self
 
 
@@ -249,6 +341,15 @@ class RobotPlacement(_Strict):
         (0.0, 0.0, 0.0), description="Base position offset, metres."
     )
     yaw: float = Field(0.0, description="Base yaw about z, radians.")
+
+    @field_validator("offset")
+    @classmethod
+    def _near(cls, offset: tuple[float, float, float]) -> tuple[float, float, float]:
+        if max(abs(v) for v in offset) > 2.0:
+            raise ValueError(
+                f"expected each offset within 2 m (an arm's reach), got {list(offset)}"
+            )
+        return offset
 
 
 class SceneSection(_Strict):
@@ -270,6 +371,11 @@ class SceneSection(_Strict):
         for name in objects:
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
                 raise ValueError(f"object names are letters, digits and _, got {name!r}")
+            if re.match(r"(robot|gripper|mount)\d+(_|$)", name):
+                raise ValueError(
+                    f"object names robot<N>, gripper<N> and mount<N> are robosuite's own "
+                    f"(its bodies and geoms start with them), got {name!r}; expected another name"
+                )
         return objects
 
     def palette(self, name: str) -> tuple[str, ...] | None:
@@ -290,12 +396,30 @@ def check_scene(scene: SceneSection) -> tuple[str, str] | None:
             known = ", ".join([*PALETTES, *scene.palettes])
             return f"{where}.color.palette", f"unknown palette (expected one of: {known})"
     for pname, colours in scene.palettes.items():
+        if len(set(colours)) != len(colours) or not colours:
+            return (
+                f"scene.palettes.{pname}",
+                f"expected a list of different colour names, e.g. [red, blue], got {colours}",
+            )
         for i, colour in enumerate(colours):
             if colour not in COLORS:
                 return (
                     f"scene.palettes.{pname}[{i}]",
                     f"unknown colour (expected: {', '.join(COLORS)})",
                 )
+    sharing: dict[str, list[str]] = {}
+    for name, obj in scene.objects.items():
+        if isinstance(obj.color, PaletteColor):
+            sharing.setdefault(obj.color.palette, []).append(name)
+    for pname, users in sharing.items():
+        colours = scene.palette(pname)
+        if len(users) > len(colours):
+            return (
+                f"scene.objects.{users[-1]}.color.palette",
+                f"{len(users)} objects ({', '.join(users)}) draw different colours from palette "
+                f"{pname!r}, which has {len(colours)} ({', '.join(colours)}); expected a palette "
+                "with at least as many colours as the objects sharing it",
+            )
     if _cycle(scene):
         return "scene.objects", "placement.relative_to forms a cycle"
     for name, obj in scene.objects.items():
@@ -378,6 +502,12 @@ def _fits_on_table(scene: SceneSection, name: str, obj: ObjectSpec) -> tuple[str
     half_x, half_y = scene.table.size[0] / 2, scene.table.size[1] / 2
     lo_x, hi_x, lo_y, hi_y = _reach(scene, name)
     for axis, lo, hi, half in (("x", lo_x, hi_x, half_x), ("y", lo_y, hi_y, half_y)):
+        if radius > half:
+            return (
+                f"scene.objects.{name}.size",
+                f"the object (footprint radius {radius:.3f} m) is wider than the table along "
+                f"{axis} ({2 * half:.3f} m); expected an object that fits on scene.table.size",
+            )
         if lo - radius < -half or hi + radius > half:
             return (
                 f"scene.objects.{name}.placement.{axis}",
@@ -463,11 +593,16 @@ def composed_offsets(scene: SceneSection, offsets) -> dict[str, tuple[float, flo
 
 
 def template_slots(text: str) -> list[tuple[str, str]]:
-    """The {object.attribute} slots of an instruction template, in order."""
+    """The {object.attribute} slots of an instruction template, in order. ValueError for a
+    slot with a conversion or format spec ({cube.name!r}, {cube.name:>10}): str.format would
+    apply them (or fail) when the episode's instruction is filled in."""
     slots = []
-    for _, field, _, _ in string.Formatter().parse(text):
+    for _, field, spec, conversion in string.Formatter().parse(text):
         if field is None:
             continue
+        if spec or conversion:
+            extra = f"!{conversion}" if conversion else f":{spec}"
+            raise ValueError(f"slot {{{field}{extra}}} has a conversion or format spec")
         obj, _, attribute = field.partition(".")
         slots.append((obj, attribute))
     return slots
@@ -481,20 +616,21 @@ def check_templates(instructions: list[str], scene: SceneSection) -> tuple[str, 
         except ValueError as err:
             return (
                 f"instructions[{i}]",
-                f"malformed template ({err}); slots look like {{cube.color}}",
+                f"malformed template ({err}); slots look like {{cube.color}} (write {{{{ and }}}} "
+                "for a literal brace)",
             )
         for obj, attribute in slots:
+            slot = f"{{{obj}.{attribute}}}" if attribute else f"{{{obj}}}"
             if obj not in scene.objects:
                 return (
                     f"instructions[{i}]",
-                    f"slot {{{obj}.{attribute}}} names no object (expected one of: "
-                    f"{', '.join(scene.objects)})",
+                    f"slot {slot} names no object (expected one of: {', '.join(scene.objects)})",
                 )
             has = ["name", *(["color"] if scene.objects[obj].color is not None else [])]
             if attribute not in has:
                 return (
                     f"instructions[{i}]",
-                    f"slot {{{obj}.{attribute}}} names no attribute of {obj} "
+                    f"slot {slot} names no attribute of {obj} "
                     f"(expected one of: {', '.join(f'{obj}.{a}' for a in has)})",
                 )
     return None

@@ -309,14 +309,27 @@ def load_raw_spec(path: str | Path) -> dict:
     """The spec file's YAML mapping with `extends:` resolved, not yet validated.
 
     `extends: other.yaml` (relative to the file) merges this file over that one: mappings key by
-    key, lists and scalars replaced whole. A parent's `seed_demos` in another folder are rewritten
-    relative to this file. Cycles and missing parents are SpecErrors on the field `extends`.
+    key, lists and scalars replaced whole. A parent's `seed_demos` (and its scene's mesh and MJCF
+    files) in another folder are rewritten relative to this file. Cycles and missing parents are
+    SpecErrors on the field `extends`.
     """
     return _merged(Path(path), ())
 
 
-def _merged(path: Path, children: tuple[Path, ...]) -> dict:
-    raw = _read_mapping(path)
+def _real(path: Path) -> Path:
+    # os.path.realpath, not Path.resolve: a symlink loop is then a path that is not a file
+    # (Path.resolve raises RuntimeError on one in Python 3.11).
+    return Path(os.path.realpath(path))
+
+
+def _merged(path: Path, children: tuple[Path, ...], child: Path | None = None) -> dict:
+    try:
+        raw = _read_mapping(path)
+    except SpecError as err:
+        if child is None or err.field or err.where != str(path):
+            raise
+        # The parent itself is no spec (a list, an .obj, binary): name the child's `extends`.
+        raise SpecError(child, "extends", f"{path}: {err.message}") from None
     ref = raw.pop("extends", None)
     if ref is None:
         return raw
@@ -327,22 +340,43 @@ def _merged(path: Path, children: tuple[Path, ...]) -> dict:
             f"expected a spec file relative to this one, e.g. stack.yaml, got {ref!r}",
         )
     parent = path.parent / ref
-    chain = (*children, path.resolve())
-    if parent.resolve() in chain:
-        names = " -> ".join(p.name for p in (*chain, parent.resolve()))
+    chain = (*children, _real(path))
+    if _real(parent) in chain:
+        names = " -> ".join(p.name for p in (*chain, _real(parent)))
         raise SpecError(
             path, "extends", f"a cycle: {names}; no spec may extend itself, even through others"
         )
-    if not parent.is_file():
-        raise SpecError(path, "extends", f"file not found: {parent}")
-    base = _merged(parent, chain)
-    demos = base.get("seed_demos")
-    if parent.parent.resolve() != path.parent.resolve() and isinstance(demos, list):
-        base["seed_demos"] = [
-            os.path.relpath(parent.parent / d, path.parent) if isinstance(d, str) else d
-            for d in demos
-        ]
+    try:
+        is_file, is_dir, exists = parent.is_file(), parent.is_dir(), parent.exists()
+    except OSError as err:  # e.g. a name too long for the file system
+        raise SpecError(path, "extends", f"cannot read {ref!r} ({err.strerror})") from None
+    if not is_file:
+        what = "is a directory" if is_dir else "is not a regular file" if exists else "not found"
+        raise SpecError(path, "extends", f"{parent} {what}; expected a spec file, e.g. stack.yaml")
+    base = _merged(parent, chain, path)
+    if _real(parent.parent) != _real(path.parent):
+        _rebase_files(base, parent.parent, path.parent)
     return _merge(base, raw)
+
+
+def _rebase_files(base: dict, old: Path, new: Path) -> None:
+    """The parent's spec-relative files (seed_demos, the scene's mesh and MJCF files) rewritten
+    relative to the child's folder, in place."""
+
+    def rebase(rel):
+        return os.path.relpath(old / rel, new) if isinstance(rel, str) else rel
+
+    if isinstance(base.get("seed_demos"), list):
+        base["seed_demos"] = [rebase(d) for d in base["seed_demos"]]
+    scene = base.get("scene")
+    objects = scene.get("objects") if isinstance(scene, dict) else None
+    for obj in objects.values() if isinstance(objects, dict) else ():
+        if not isinstance(obj, dict):
+            continue
+        if "file" in obj:
+            obj["file"] = rebase(obj["file"])
+        if isinstance(obj.get("collision"), list):
+            obj["collision"] = [rebase(c) for c in obj["collision"]]
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -419,6 +453,8 @@ def _set_dotted(raw: dict, dotted: str, value) -> None:
 def _describe(err: ValidationError) -> tuple[str, str]:
     """All of pydantic's errors as (field paths, messages), each naming what was expected."""
     described = [_describe_one(item) for item in err.errors(include_url=False)]
+    # The scene: section fills task.env and objects: its own errors first (stable otherwise).
+    described.sort(key=lambda pair: not (pair[0] == "scene" or pair[0].startswith("scene.")))
     (field, message), rest = described[0], described[1:]
     if not rest:
         return field, message

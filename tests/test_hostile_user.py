@@ -224,6 +224,7 @@ def test_address_with_no_cluster_fails_within_seconds(built, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray  # its `factory run` starts a local Ray
 def test_gpus_on_a_local_cluster_without_gpu_is_refused(tmp_path):
     spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(render={"gpus_per_worker": 1}))
     env = {
@@ -245,6 +246,7 @@ def test_gpus_on_a_local_cluster_without_gpu_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray  # a Ray cluster of its own
 def test_gpus_on_a_remote_cluster_without_gpu_give_up_in_stated_time(tmp_path):
     from cluster.local import LocalCluster, driver_env
 
@@ -631,6 +633,7 @@ def test_inspect_without_generation_says_unknown(built, tmp_path, factory_here):
     assert json.loads(report)["attempts"] is None
 
 
+@pytest.mark.ray  # its `factory run` starts a local Ray
 def test_mujoco_writes_no_log_file_into_the_working_directory(tmp_path):
     def unstable(
         demo,
