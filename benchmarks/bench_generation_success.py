@@ -1,7 +1,9 @@
 """Generation success rate and successes per core-minute, physics only, one core.
 
-    .venv/bin/python benchmarks/bench_generation_success.py --spec scene_specs/stack.yaml --attempts 100 --retries 0 2
-    .venv/bin/python benchmarks/bench_generation_success.py --suite --attempts 100   # every task of the table below
+    .venv/bin/python benchmarks/bench_generation_success.py --spec scene_specs/stack.yaml \
+        --attempts 100 --retries 0 2
+    .venv/bin/python benchmarks/bench_generation_success.py --suite --attempts 100
+        # every task of the table below
 
 `--suite` runs the tasks people bring (issue 12's table: seed, target success) with retries 0,
 one JSON line each with `target` and `meets_target`, then a summary line.

@@ -7,13 +7,13 @@
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
     factory preview out/stack          # contact sheet PNG + one mp4 per camera
-    factory preview out/stack --failures   # failed attempts the run kept, captioned with where they failed
+    factory preview out/stack --failures   # the failed attempts kept, captioned: where they failed
     factory verify out/stack           # checksums, sample counts, episodes, stats
     factory export out/stack --to lerobot out/stack-lerobot
     factory export out/stack --to robomimic out/stack.hdf5
-    factory seeds scene_specs/lift_lowdim.yaml --out out/lift-seeds        # the human seed demos as a dataset
-    factory train-eval out/lift_lowdim --spec scene_specs/lift_lowdim.yaml   # BC policy: rollout success, JSON
-    factory script scene_specs/pick_place_can.yaml --out demo.hdf5 [--demos 3] [--seed 0]  # seeds from waypoints
+    factory seeds scene_specs/lift_lowdim.yaml --out out/lift-seeds   # the seed demos as a dataset
+    factory train-eval out/lift_lowdim --spec scene_specs/lift_lowdim.yaml   # BC policy, rollouts
+    factory script scene_specs/pick_place_can.yaml --out demo.hdf5 [--demos 3]   # from waypoints
     factory collect scene_specs/cube_bowl.yaml --out demo.hdf5 [--demos 5]   # teleoperation
 
 Bad input (a spec, a seed file, an output directory) prints one line naming
@@ -303,7 +303,8 @@ def cmd_validate(args) -> int:
     ends = ", ".join(f"{d.demo.name}: {list(d.subtask_ends)}" for d in resolved.demos)
     cams = ", ".join(f"{c.name} {c.width}x{c.height}" for c in spec.cameras) or "none"
     print(
-        f"ok: {args.spec}: {spec.name} ({spec.task.env}, {spec.task.robot}), {len(resolved.demos)} seed demos, "
+        f"ok: {args.spec}: {spec.name} ({spec.task.env}, {spec.task.robot}), "
+        f"{len(resolved.demos)} seed demos, "
         f"{len(spec.subtasks)} subtasks (ends per demo: {ends}), cameras: {cams}"
     )
     if args.still is not None:  # only once everything validated: a bad spec writes nothing

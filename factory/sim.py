@@ -54,7 +54,7 @@ def make_env(task: TaskSpec, model_seed: int = 0, **scene):
         horizon=task.horizon,
         ignore_done=True,
         hard_reset=False,  # keep one MjModel for the env's lifetime: renderers stay valid
-        initialization_noise=None,  # initial robot pose comes from the seed demo, not robosuite's RNG
+        initialization_noise=None,  # the robot's start pose comes from the seed demo, not an RNG
         seed=model_seed,
         **scene,
     )
@@ -149,7 +149,8 @@ class Scene:
             raise SpecError(
                 self.spec.path,
                 f"objects.{name}",
-                f"no body {body!r} in the {self.spec.task.env} model (expected one of: {', '.join(others)})",
+                f"no body {body!r} in the {self.spec.task.env} model "
+                f"(expected one of: {', '.join(others)})",
             )
         return bid
 
@@ -204,7 +205,7 @@ class Scene:
         placement: Placement,
         fixtures: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
-        """Reset (fixtures as given), restore a demo's first state (if given), then move objects by the placement.
+        """Reset (fixtures as given), restore a demo's first state (if given), then apply placement.
 
         An object with a free joint moves in the state; one without (a door, a bin) moves its
         fixture: the top-level body that carries it.
@@ -295,7 +296,7 @@ class Scene:
 
     # --- fixtures: bodies without a free joint whose pose robosuite re-draws at reset ----
     def _reposed_fixtures(self) -> list[int]:
-        """Top-level bodies of spec objects without a free joint whose model pose changes across resets."""
+        """Top-level bodies of spec objects, no free joint, whose pose changes across resets."""
         roots = sorted({self._root(b) for b in self.bodies.values() if not self._is_free(b)})
         if not roots:
             return []
@@ -311,7 +312,7 @@ class Scene:
         ]
 
     def fixture_poses(self) -> dict[str, list[float]]:
-        """Re-drawn fixtures' poses now: top-level body name -> [x, y, z, qw, qx, qy, qz] (world frame)."""
+        """Re-drawn fixtures' poses now: top-level body -> [x, y, z, qw, qx, qy, qz], world."""
         return {
             mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, r): [
                 float(v) for v in (*self.model.body_pos[r], *self.model.body_quat[r])
@@ -321,7 +322,7 @@ class Scene:
 
     @property
     def has_redrawn_fixtures(self) -> bool:
-        """Whether robosuite re-draws some fixture's pose at reset (then demos must say where it was)."""
+        """Whether robosuite re-draws a fixture's pose at reset (demos must say where it was)."""
         return bool(self._fixture_roots)
 
     @property
@@ -339,7 +340,8 @@ class Scene:
             bid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
             if bid < 0 or len(pose) != 7:
                 raise ValueError(
-                    f"fixture pose {name!r}: expected a body of the model and 7 numbers, got {pose!r}"
+                    f"fixture pose {name!r}: expected a body of the model and 7 numbers, "
+                    f"got {pose!r}"
                 )
             self.model.body_pos[bid] = pose[:3]
             self.model.body_quat[bid] = pose[3:]
@@ -355,14 +357,14 @@ class Scene:
         )
 
     def restore(self, snap: Snapshot) -> None:
-        """Return exactly to a snapshot, so that a retried subtask starts where the first try did."""
+        """Return exactly to a snapshot, so a retried subtask starts where the first try did."""
         self.set_state(snap.state)
         self.data.qacc_warmstart[:] = snap.warmstart
         self.data.ctrl[:] = snap.ctrl
         self._gripper.current_action = snap.gripper_action.copy()
 
     def mark_start(self) -> None:
-        """Take the current object heights and joint positions as the episode start (`lifted`, `opened`)."""
+        """Take the current object heights and joint positions as the start (`lifted`, `opened`)."""
         self._start_z = {name: float(self.data.xpos[bid][2]) for name, bid in self.bodies.items()}
         self._start_q = {}
         for name in self.bodies:
@@ -416,7 +418,7 @@ class Scene:
         return self._fast is not None
 
     def success(self) -> bool:
-        """The task's success: the spec's `task.success` predicate when given, else robosuite's check."""
+        """The task's success: the spec's `task.success` predicate if given, else robosuite's."""
         if self._success is not None:
             return self.holds(self._success)
         return bool(self.env._check_success())
@@ -479,7 +481,7 @@ class Scene:
         return p.params[0] <= value <= p.params[1]
 
     def _joint_qpos(self, obj: str, field: str = "subtasks") -> int:
-        """qpos address of the hinge or slide joint moving `obj`: its body's own, else the nearest ancestor's."""
+        """qpos address of the hinge or slide joint moving `obj`: its body's, else an ancestor's."""
         body = self.bodies[obj]
         while body > 0:
             for j in range(
@@ -497,11 +499,13 @@ class Scene:
             self.spec.path,
             field,
             f"object {obj!r} (body {name!r}) moves with no hinge or slide "
-            "joint: opened/joint predicates need an articulated object (a door, a drawer, a handle)",
+            "joint: opened/joint predicates need an articulated object "
+            "(a door, a drawer, a handle)",
         )
 
     def _inside(self, point: np.ndarray, container: str) -> bool:
-        """`point` is in the container's cavity: over its floor, within its walls, below its rim (+5 cm).
+        """`point` is in the container's cavity: over its floor, within its walls, below its rim
+        (+5 cm).
 
         The floor is the container's widest collision geom; the walls are what rises above it.
         Computed in the container's own frame, so a turned bin still has its walls where they are.
@@ -529,7 +533,7 @@ class Scene:
         return self._cavities[container]
 
     def _local_boxes(self, obj: str) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Bounding boxes (lo, hi) of the object's collision geoms in its body frame (exact for boxes)."""
+        """Boxes (lo, hi) bounding the object's collision geoms in its body frame (exact: boxes)."""
         bid = self.bodies[obj]
         boxes = []
         for g in sorted(self._geoms[obj]) or np.flatnonzero(self.model.geom_bodyid == bid):
