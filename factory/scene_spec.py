@@ -17,6 +17,11 @@ here reads a file or imports robosuite (mesh files are checked by `scene_build.c
 
 Positions are metres in the world frame, whose origin is under the table's centre on the floor;
 `placement` x and y are offsets from the table top's centre (or from `relative_to`'s object).
+
+Length (~690 lines): pure data and pure checks, no I/O: the models (one field per line with
+its description and bounds) and the whole-scene checks that need no simulator (fits on the
+table, fixed overlaps, camera aim, template slots) and the derived `objects:`/`placement:`.
+Splitting models from their checks would separate a bound from the message that reports it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 `Scene` is the only place that touches robosuite internals. Generation runs it
 with cameras off; rendering restores recorded states into the same model.
+
+Length (~580 lines): `Scene` implements `generators.scene_api.Scene` plus the predicates'
+geometry (grasp, contact, cavity, joints) over the same cached model indices; splitting the
+class would split those caches across modules.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ A spec may start with `extends: other.yaml` and state only what differs (`load_r
 merges it over its parent first). The sections (`TaskSpec`, `GenerationSpec`, ...) live in
 `factory.spec_sections`, with a description on every field (`factory spec-help`), and are
 importable from here; `SceneSpec` and the loader are this module.
+
+Length (~510 lines): `SceneSpec`'s cross-field checks (objects against subtasks, placement,
+symmetry, script, scene) and the loader that reports them with YAML paths are one contract;
+the sections themselves are already split out.
 """
 
 from __future__ import annotations

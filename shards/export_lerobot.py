@@ -13,9 +13,12 @@
 What is written (LeRobot v3.0, ``codebase_version`` "v3.0"):
 
 - ``data/chunk-CCC/file-FFF.parquet``: one row a frame: ``observation.state`` and
-  ``action`` (list<float32>, bit-equal to the shards), ``timestamp`` (float32,
-  frame_index / fps), ``frame_index``, ``episode_index``, ``index`` (global) and
-  ``task_index`` (int64).
+  ``action`` (fixed_size_list<float32>[N], bit-equal to the shards), for cameras with
+  depth / segmentation ``observation.images.<camera>_depth`` / ``..._seg`` (datasets'
+  Image storage, struct<bytes, path>, holding the shards' PNGs unchanged), ``timestamp``
+  (float32, frame_index / fps), ``frame_index``, ``episode_index``, ``index`` (global)
+  and ``task_index`` (int64). The schema's ``huggingface`` metadata gives the
+  ``datasets.Features`` (``lerobot_meta.data_schema``).
 - ``videos/observation.images.<camera>/chunk-CCC/file-FFF.mp4``: the episodes of a
   data file, concatenated, at the dataset fps (yuv420p, constant frame rate,
   frame n at n / fps). An episode's frames are those with ``from_timestamp <= t <
@@ -24,18 +27,20 @@ What is written (LeRobot v3.0, ``codebase_version`` "v3.0"):
   ``tasks``, ``length``, ``data/chunk_index``, ``data/file_index``,
   ``dataset_from_index``, ``dataset_to_index`` (global, end exclusive), per
   camera ``videos/<key>/{chunk_index,file_index,from_timestamp,to_timestamp}``,
-  ``meta/episodes/{chunk_index,file_index}``, and the source's
-  ``demofactory/episode_index`` and ``demofactory/seed``.
+  ``stats/<feature>/<stat>`` for every feature (min, max, mean, std, count, q01, q10,
+  q50, q90, q99, as `shards.lerobot_stats` computes them), ``meta/episodes/{chunk_index,
+  file_index}``, and the source's ``demofactory/episode_index`` and ``demofactory/seed``.
 - ``meta/tasks.parquet``: ``task`` -> ``task_index``, with pandas metadata making
   ``task`` the index (what LeRobot's ``pd.read_parquet`` expects).
-- ``meta/stats.json``: state and action from our stats.json (mean, std, min,
-  max, q01, q99, count); images per channel in [0, 1] over every frame, shaped
-  [3, 1, 1] as LeRobot's. No per-episode ``stats/*`` columns are written.
+- ``meta/stats.json``: the episodes' statistics aggregated as LeRobot's ``aggregate_stats``
+  does; RGB images per channel in [0, 1], depth in millimetres, shaped [C, 1, 1].
+- ``meta/info.json``: video features' ``info`` as lerobot 0.6 writes it (stream fields,
+  then the encoder's ``video.g``, ``video.crf``, ``video.preset``, ...; ``is_depth_map``).
 
 Choices:
-- Depth and segmentation images (cameras that have them) are not exported yet: LeRobot
-  v3.0 has no lossless per-frame image feature besides video, and H.264 would round the
-  16-bit depth. Use the robomimic export (or the shards) for them.
+- Depth and segmentation are ``image`` features (lossless PNG in the parquet, as LeRobot
+  stores ``image`` features), not videos: H.264 would round 16-bit depth. Depth is marked
+  ``is_depth_map`` with ``depth_unit`` "mm"; labels are 8-bit (object) or 16-bit (geom, body).
 - LeRobot looks episodes up by position, so ``episode_index`` is renumbered
   0..N-1 in the order the shards hold them (shard name, then index).
 - yuv420p needs an even width and height: an odd frame is padded by repeating
@@ -49,6 +54,7 @@ Choices:
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from pathlib import Path
@@ -58,6 +64,7 @@ import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from PIL import Image
 
 from shards.export_source import (
     Source,
@@ -66,28 +73,23 @@ from shards.export_source import (
     load_source,
     read_episodes,
 )
-from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError
+from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, segmentation_bits
 from shards.lerobot_meta import (
     CODEBASE_VERSION,
     DATA_PATH,
-    INDEX_COLUMNS,
     VIDEO_PATH,
-    ImageStats,
+    Stats,
+    data_schema,
+    depth_key,
+    episode_stats_columns,
+    feature_stats,
+    image_stats,
+    segmentation_key,
     video_key,
     write_meta,
 )
 from shards.lerobot_video import VideoFile, even
 from shards.stats import load_stats
-
-DATA_SCHEMA = pa.schema(
-    [
-        ("observation.state", pa.list_(pa.float32())),
-        (ACTION_KEY, pa.list_(pa.float32())),
-        ("timestamp", pa.float32()),
-    ]
-    + [(name, pa.int64()) for name in INDEX_COLUMNS]
-)
-
 
 # ---------------------------------------------------------------- the export
 
@@ -115,7 +117,7 @@ def export_lerobot(
     """
     _check_options(chunk_size, video_codec, data_file_size_mb, video_file_size_mb)
     source = load_source(dataset_dir)
-    stats = _source_stats(source)
+    _source_stats(source)  # refuses a dataset without stats.json, as before
     out = _check_out_dir(Path(out_dir))
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)  # a leftover of this same process id
@@ -128,7 +130,7 @@ def export_lerobot(
                 writer.add(episode)
         finally:
             writer.close()
-        write_meta(tmp, source, writer, stats)
+        write_meta(tmp, source, writer)
         _fsync_tree(tmp)
         os.rename(tmp, out)  # onto a missing or empty directory: atomic
     except DatasetError as exc:
@@ -181,6 +183,8 @@ def _check_out_dir(out: Path) -> Path:
 
 
 def _source_stats(source: Source) -> dict[str, Any]:
+    # meta/stats.json is computed from the exported rows; stats.json is only required, as
+    # factory verify requires it.
     try:
         stats = load_stats(source.dir)
     except DatasetError as exc:
@@ -209,7 +213,8 @@ class _LeRobotWriter:
         self.episodes: list[dict[str, Any]] = []
         self.frames = 0
         self.files = 0  # data files opened so far; the current one is number files - 1
-        self.image_stats = {video_key(camera.name): ImageStats() for camera in source.cameras}
+        self.episode_stats: list[dict[str, Stats]] = []
+        self.schema = data_schema(source)
         self.video_sizes = {
             video_key(c.name): (even(c.width), even(c.height)) for c in source.cameras
         }
@@ -223,9 +228,12 @@ class _LeRobotWriter:
             self._next_files()
         chunk, file = self._chunk_file()
         task_index = self.tasks.setdefault(episode.record.instruction, len(self.tasks))
-        table = _frame_table(episode, len(self.episodes), self.frames, task_index, self.source.fps)
+        table = _frame_table(
+            episode, self.source, self.schema, len(self.episodes), self.frames, task_index
+        )
         self._data.write_table(table)
         self._data_bytes += table.nbytes
+        stats = _column_stats(episode, self.source, table)
         row: dict[str, Any] = {
             "episode_index": len(self.episodes),
             "tasks": [episode.record.instruction],
@@ -238,7 +246,7 @@ class _LeRobotWriter:
         for camera in self.source.cameras:
             key = video_key(camera.name)
             pixels = [decode_jpeg(frame, camera) for frame in episode.frames[camera.name]]
-            self.image_stats[key].add(pixels)
+            stats[key] = image_stats(pixels)
             start, end = self._videos[key].append(pixels)
             row.update(
                 {
@@ -248,6 +256,9 @@ class _LeRobotWriter:
                     f"videos/{key}/to_timestamp": end,
                 }
             )
+        stats = {key: stats[key] for key in _stats_order(self.source, stats)}
+        self.episode_stats.append(stats)
+        row.update(episode_stats_columns(stats))
         row.update(
             {
                 "meta/episodes/chunk_index": 0,
@@ -282,7 +293,7 @@ class _LeRobotWriter:
         chunk, file = self._chunk_file()
         path = self.root / DATA_PATH.format(chunk_index=chunk, file_index=file)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._data = pq.ParquetWriter(path, DATA_SCHEMA, compression="snappy")
+        self._data = pq.ParquetWriter(path, self.schema, compression="snappy")
         self._data_bytes = 0
         for camera in self.source.cameras:
             key = video_key(camera.name)
@@ -291,27 +302,84 @@ class _LeRobotWriter:
 
 
 def _frame_table(
-    episode: SourceEpisode, episode_index: int, first_index: int, task_index: int, fps: int
+    episode: SourceEpisode,
+    source: Source,
+    schema: pa.Schema,
+    episode_index: int,
+    first_index: int,
+    task_index: int,
 ) -> pa.Table:
     steps = np.arange(episode.length, dtype=np.int64)
     columns = {
         "observation.state": _list_column(episode.states),
         ACTION_KEY: _list_column(episode.actions),
-        "timestamp": pa.array((steps / fps).astype(np.float32)),
-        "frame_index": pa.array(steps),
-        "episode_index": pa.array(np.full(episode.length, episode_index, dtype=np.int64)),
-        "index": pa.array(first_index + steps),
-        "task_index": pa.array(np.full(episode.length, task_index, dtype=np.int64)),
     }
-    return pa.table(columns, schema=DATA_SCHEMA)
+    for camera in source.cameras:
+        if camera.depth:
+            columns[depth_key(camera.name)] = _png_column(episode.depth[camera.name])
+        if camera.segmentation != "none":
+            columns[segmentation_key(camera.name)] = _png_column(episode.segmentation[camera.name])
+    columns.update(
+        {
+            "timestamp": pa.array((steps / source.fps).astype(np.float32)),
+            "frame_index": pa.array(steps),
+            "episode_index": pa.array(np.full(episode.length, episode_index, dtype=np.int64)),
+            "index": pa.array(first_index + steps),
+            "task_index": pa.array(np.full(episode.length, task_index, dtype=np.int64)),
+        }
+    )
+    return pa.table(columns, schema=schema)
+
+
+def _column_stats(episode: SourceEpisode, source: Source, table: pa.Table) -> dict[str, Stats]:
+    """Statistics of the episode's parquet columns (LeRobot computes them for every feature)."""
+    stats = {
+        "observation.state": feature_stats(episode.states),
+        ACTION_KEY: feature_stats(episode.actions),
+    }
+    for name in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
+        stats[name] = feature_stats(table.column(name).to_numpy())
+    # Depth keeps millimetres (LeRobot leaves depth unscaled); 8-bit labels / 255, as LeRobot's
+    # loader (ToTensor) gives them; 16-bit labels as they are.
+    for camera in source.cameras:
+        if camera.depth:
+            planes = [_png_plane(data) for data in episode.depth[camera.name]]
+            stats[depth_key(camera.name)] = image_stats(planes, 1.0)
+        if camera.segmentation != "none":
+            planes = [_png_plane(data) for data in episode.segmentation[camera.name]]
+            scale = 255.0 if segmentation_bits(camera.segmentation) == 8 else 1.0
+            stats[segmentation_key(camera.name)] = image_stats(planes, scale)
+    return stats
+
+
+def _stats_order(source: Source, stats: dict[str, Stats]) -> list[str]:
+    # LeRobot's order: the features (videos first, as info.json lists them), then the defaults.
+    videos = [video_key(camera.name) for camera in source.cameras]
+    rest = [key for key in stats if key not in videos]
+    defaults = ["timestamp", "frame_index", "episode_index", "index", "task_index"]
+    return videos + [k for k in rest if k not in defaults] + defaults
+
+
+def _png_column(pngs: tuple[bytes, ...]) -> pa.Array:
+    """PNG frames -> datasets' Image storage, struct<bytes, path>, the bytes as the shards hold
+    them (lossless)."""
+    return pa.array(
+        [{"bytes": data, "path": None} for data in pngs],
+        pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+    )
+
+
+def _png_plane(data: bytes) -> np.ndarray:
+    """A depth or label PNG -> [H, W, 1] as stored (uint8 or uint16)."""
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image)[..., None]
 
 
 def _list_column(values: np.ndarray) -> pa.Array:
-    """[T, D] float32 -> a list<float32> column of T rows, the values bit for bit."""
-    rows, dim = values.shape
-    offsets = pa.array(np.arange(0, rows * dim + 1, dim, dtype=np.int32))
-    return pa.ListArray.from_arrays(
-        offsets, pa.array(np.ascontiguousarray(values, np.float32).reshape(-1))
+    """[T, D] float32 -> a fixed_size_list<float32>[D] column of T rows, the values bit for bit."""
+    _, dim = values.shape
+    return pa.FixedSizeListArray.from_arrays(
+        pa.array(np.ascontiguousarray(values, np.float32).reshape(-1)), dim
     )
 
 

@@ -1,8 +1,11 @@
 """The metadata of a LeRobot v3.0 export: the layout's paths, info, stats, tasks and episodes.
 
-    the writer's totals (episodes rows, tasks, frames, files, image statistics)
+    the source's cameras and layouts -> the data parquet's features and schema
+                                                          frame_features, data_schema
+    the writer's totals (episodes rows with their stats/* columns, tasks, frames, files,
+    per-episode statistics)
       -> meta/episodes/chunk-000/file-000.parquet, meta/tasks.parquet
-      -> meta/stats.json: state and action from our stats.json, images per channel
+      -> meta/stats.json: the episodes' statistics aggregated      shards.lerobot_stats
       -> meta/info.json: features (video info probed from the first file), totals, paths  _info
 
 What each file holds is described in `shards.export_lerobot`'s module docstring.
@@ -10,6 +13,7 @@ What each file holds is described in `shards.export_lerobot`'s module docstring.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,7 +23,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shards.export_source import Source
-from shards.format import ACTION_KEY, STATE_KEY, dumps_json
+from shards.format import ACTION_KEY, dumps_json
+from shards.lerobot_stats import (  # noqa: F401 - also for the other exports, from here
+    Stats,
+    aggregate_stats,
+    episode_stats_columns,
+    feature_stats,
+    image_stats,
+    stats_to_json,
+)
 from shards.lerobot_video import probe_video
 
 CODEBASE_VERSION = "v3.0"
@@ -31,7 +43,6 @@ INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 
 INDEX_COLUMNS = ("frame_index", "episode_index", "index", "task_index")
-_STATS_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
 
 
 def video_key(camera: str) -> str:
@@ -39,8 +50,80 @@ def video_key(camera: str) -> str:
     return f"observation.images.{camera}"
 
 
+def depth_key(camera: str) -> str:
+    """A camera's depth feature, named as LeRobot names depth cameras: ``..._depth``."""
+    return f"{video_key(camera)}_depth"
+
+
+def segmentation_key(camera: str) -> str:
+    """A camera's segmentation feature, ``observation.images.<camera>_seg``."""
+    return f"{video_key(camera)}_seg"
+
+
+def frame_features(source: Source) -> dict[str, dict[str, Any]]:
+    """The info.json features stored in the data parquet, in column order: state, action,
+    depth and segmentation images (PNG, as the shards hold them), timestamp, the indices."""
+    features: dict[str, dict[str, Any]] = {}
+    for key, layout in (
+        ("observation.state", source.state_layout),
+        (ACTION_KEY, source.action_layout),
+    ):
+        names = [name if size == 1 else f"{name}_{i}" for name, size in layout for i in range(size)]
+        features[key] = {"dtype": "float32", "shape": [len(names)], "names": names}
+    image_names = ["height", "width", "channels"]
+    for camera in source.cameras:
+        shape = [camera.height, camera.width, 1]
+        if camera.depth:
+            features[depth_key(camera.name)] = {
+                "dtype": "image",
+                "shape": shape,
+                "names": image_names,
+                "info": {"is_depth_map": True, "depth_unit": "mm"},
+            }
+        if camera.segmentation != "none":
+            features[segmentation_key(camera.name)] = {
+                "dtype": "image",
+                "shape": shape,
+                "names": image_names,
+                "info": {"is_depth_map": False, "segmentation": camera.segmentation},
+            }
+    features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
+    for name in INDEX_COLUMNS:
+        features[name] = {"dtype": "int64", "shape": [1], "names": None}
+    return features
+
+
+def hf_feature(feature: Mapping[str, Any]) -> dict[str, Any]:
+    """A feature as ``datasets.Features.to_dict`` writes it (LeRobot's
+    ``get_hf_features_from_features``, datasets 4.x)."""
+    if feature["dtype"] == "image":
+        return {"_type": "Image"}
+    value = {"dtype": feature["dtype"], "_type": "Value"}
+    if list(feature["shape"]) == [1]:
+        return value
+    return {"feature": value, "length": feature["shape"][0], "_type": "List"}
+
+
+def data_schema(source: Source) -> pa.Schema:
+    """The data parquet's schema: fixed_size_list<float>[N] vectors, images as datasets'
+    struct<bytes, path>, and the ``huggingface`` metadata `datasets` reads the types from."""
+    fields = []
+    for key, feature in frame_features(source).items():
+        if feature["dtype"] == "image":
+            type_ = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        elif list(feature["shape"]) == [1]:
+            type_ = pa.from_numpy_dtype(np.dtype(feature["dtype"]))
+        else:
+            type_ = pa.list_(pa.from_numpy_dtype(np.dtype(feature["dtype"])), feature["shape"][0])
+        fields.append(pa.field(key, type_))
+    hf = {"info": {"features": {k: hf_feature(f) for k, f in frame_features(source).items()}}}
+    return pa.schema(fields, metadata={b"huggingface": json.dumps(hf).encode("utf-8")})
+
+
 class ImageStats:
-    """Per-channel statistics of RGB frames scaled to [0, 1], accumulated exactly in float64."""
+    """Per-channel statistics of RGB frames scaled to [0, 1], accumulated exactly in float64
+    over every frame (no quantiles). Kept for the GR00T export; the LeRobot export uses
+    `image_stats` per episode."""
 
     def __init__(self) -> None:
         self.frames, self.pixels = 0, 0
@@ -77,32 +160,24 @@ class WrittenFiles(Protocol):
     tasks: Mapping[str, int]  # instruction -> task_index
     episodes: Sequence[Mapping[str, Any]]  # the episodes rows
     frames: int  # over all episodes
+    codec: str  # the videos' encoder
     video_sizes: Mapping[str, tuple[int, int]]  # video key -> (width, height), even
-    image_stats: Mapping[str, ImageStats]  # video key -> statistics of its frames
+    episode_stats: Sequence[Mapping[str, Stats]]  # per episode: feature -> its statistics
 
 
-def write_meta(root: Path, source: Source, writer: WrittenFiles, stats: Mapping[str, Any]) -> None:
-    """meta/episodes, meta/tasks.parquet, meta/stats.json and meta/info.json under `root`."""
+def write_meta(root: Path, source: Source, writer: WrittenFiles) -> None:
+    """meta/episodes, meta/tasks.parquet, meta/stats.json and meta/info.json under `root`.
+
+    meta/stats.json aggregates the episodes' statistics as LeRobot does (`aggregate_stats`)."""
     (root / "meta").mkdir(parents=True, exist_ok=True)
     episodes_path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
     episodes_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(writer.episodes), episodes_path)
     pq.write_table(_tasks_table(writer.tasks), root / TASKS_PATH)
-    lerobot_stats = {
-        "observation.state": _key_stats(stats[STATE_KEY]),
-        ACTION_KEY: _key_stats(stats[ACTION_KEY]),
-        **{key: image_stats.to_json() for key, image_stats in writer.image_stats.items()},
-    }
+    lerobot_stats = stats_to_json(aggregate_stats(writer.episode_stats))
     (root / STATS_PATH).write_text(dumps_json(lerobot_stats, indent=4) + "\n", encoding="utf-8")
     info = _info(source, writer)
     (root / INFO_PATH).write_text(dumps_json(info, indent=4) + "\n", encoding="utf-8")
-
-
-def _key_stats(key_stats: Any) -> dict[str, Any]:
-    return {
-        **{name: getattr(key_stats, name) for name in _STATS_FIELDS},
-        "count": [key_stats.count],
-    }
 
 
 def _tasks_table(tasks: Mapping[str, int]) -> pa.Table:
@@ -158,18 +233,10 @@ def _info(source: Source, writer: WrittenFiles) -> dict[str, Any]:
             "names": ["height", "width", "channels"],
             "info": probe_video(
                 writer.root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0),
-                source.fps,
+                codec=writer.codec,
             ),
         }
-    for key, layout in (
-        ("observation.state", source.state_layout),
-        (ACTION_KEY, source.action_layout),
-    ):
-        names = [name if size == 1 else f"{name}_{i}" for name, size in layout for i in range(size)]
-        features[key] = {"dtype": "float32", "shape": [len(names)], "names": names}
-    features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
-    for name in INDEX_COLUMNS:
-        features[name] = {"dtype": "int64", "shape": [1], "names": None}
+    features.update(frame_features(source))
     return {
         "codebase_version": CODEBASE_VERSION,
         "robot_type": source.info.get("robot"),

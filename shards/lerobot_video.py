@@ -17,6 +17,7 @@ import numpy as np
 
 VIDEO_CRF = 18  # x264 constant quality: ~41 dB PSNR against the source JPEGs in the tests
 VIDEO_GOP = 2  # LeRobot's default keyframe interval: any frame decodes after at most one other
+VIDEO_PRESET = "medium"  # x264's own default, passed explicitly so that info.json can say it
 
 
 def even(n: int) -> int:
@@ -31,9 +32,7 @@ class VideoFile:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.fps, self.frames, self.bytes = fps, 0, 0
         self._container = av.open(str(path), mode="w", format="mp4")
-        self._stream = self._container.add_stream(
-            codec, rate=fps, options={"crf": str(VIDEO_CRF), "g": str(VIDEO_GOP)}
-        )
+        self._stream = self._container.add_stream(codec, rate=fps, options=encoder_options(codec))
         self._stream.width, self._stream.height = width, height
         self._stream.pix_fmt = "yuv420p"
 
@@ -58,6 +57,12 @@ class VideoFile:
             self._container.mux(packet)
 
 
+def encoder_options(codec: str) -> dict[str, str]:
+    """The options an export video is encoded with (a preset for the x264/x265 encoders)."""
+    options = {"crf": str(VIDEO_CRF), "g": str(VIDEO_GOP)}
+    return {**options, "preset": VIDEO_PRESET} if codec in ("libx264", "libx265") else options
+
+
 def _pad_even(pixels: np.ndarray) -> np.ndarray:
     # Repeating the edge (rather than black, as the preview does) keeps the padding
     # from bleeding a dark fringe into the real pixels through chroma subsampling.
@@ -67,17 +72,29 @@ def _pad_even(pixels: np.ndarray) -> np.ndarray:
     return np.pad(pixels, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
 
 
-def probe_video(path: Path, fps: int) -> dict[str, Any]:
-    """The ``info`` of a video feature, read back from the file as LeRobot does."""
+def probe_video(path: Path, fps: int | None = None, *, codec: str = "libx264") -> dict[str, Any]:
+    """The ``info`` of a video feature as LeRobot 0.6 writes it (``get_video_info`` with the
+    encoder's settings): read back from the file, then what `codec` encoded it with.
+
+    `fps` is unused (the file's frame rate is read), kept for callers that pass it."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        return {
-            "video.height": stream.codec_context.height,
-            "video.width": stream.codec_context.width,
-            "video.codec": stream.codec_context.name,
-            "video.pix_fmt": stream.codec_context.pix_fmt,
-            "video.is_depth_map": False,
-            "video.fps": fps,
+        info: dict[str, Any] = {
+            "video.height": stream.height,
+            "video.width": stream.width,
+            "video.codec": stream.codec.canonical_name,
+            "video.pix_fmt": stream.pix_fmt,
+            "video.fps": int(stream.base_rate),
             "video.channels": 3,
             "has_audio": len(container.streams.audio) > 0,
         }
+    return {
+        **info,
+        "video.g": VIDEO_GOP,
+        "video.crf": VIDEO_CRF,
+        "video.preset": encoder_options(codec).get("preset"),
+        "video.fast_decode": 0,
+        "video.video_backend": "pyav",
+        "video.extra_options": {},
+        "is_depth_map": False,
+    }

@@ -1,0 +1,395 @@
+"""Export a dataset for NVIDIA GR00T N1.x fine-tuning: LeRobot v2.1 plus ``meta/modality.json``.
+
+    DIR: manifest.json, episodes.jsonl, shards                 export_source.load_source
+      -> SourceEpisode: actions [T, A], states [T, S],
+         JPEG frames per camera                                export_source.read_episodes
+      -> per episode: data/chunk-CCC/episode_EEEEEE.parquet,
+         videos/chunk-CCC/<video key>/episode_EEEEEE.mp4
+         (lerobot_video.VideoFile), its episodes and
+         episodes_stats lines                                  _Gr00tWriter.add
+      -> meta/info.json, meta/episodes.jsonl, meta/episodes_stats.jsonl, meta/tasks.jsonl,
+         meta/stats.json, meta/modality.json                   _write_meta
+      -> .OUT.tmp-<pid>  --fsync, rename-->  OUT
+
+What is written (the "GR00T LeRobot" flavour of LeRobot v2.1, as NVIDIA/Isaac-GR00T's
+getting_started/LeRobot_compatible_data_schema.md and demo_data/robot_sim.PickNPlace lay it out):
+
+- ``data/chunk-CCC/episode_EEEEEE.parquet``, one file an episode (chunk ``E // chunks_size``):
+  one row a frame: ``observation.state`` and ``action`` (lists of float32, bit-equal to the
+  shards), ``timestamp`` (float32, frame_index / fps), ``annotation.human.task_description``
+  (int64: the index in meta/tasks.jsonl of the episode's instruction), ``task_index`` (the
+  same), ``frame_index``, ``episode_index``, ``index`` (global) (int64).
+- ``videos/chunk-CCC/observation.images.<camera>/episode_EEEEEE.mp4``: one H.264 (yuv420p)
+  video a camera and episode at the dataset fps, frame n at n / fps.
+- ``meta/modality.json``: ``state`` and ``action`` split into the source's layout parts
+  (dataset_info.json ``state.layout`` / ``action.layout``: e.g. eef_pos [0, 3), eef_quat_xyzw
+  [3, 7), gripper_qpos [7, 9)), each with ``start``/``end`` (Python slice), ``dtype``, a
+  ``rotation_type`` for rotations (``quaternion``, ``axis_angle``) and, for actions,
+  ``absolute`` (false for ``delta_*`` parts); ``video``: ``<camera>`` ->
+  ``{"original_key": "observation.images.<camera>"}``; ``annotation``:
+  ``{"human.task_description": {}}``.
+- ``meta/tasks.jsonl``: ``{"task_index", "task"}``: every instruction and paraphrase, in order
+  of first use. ``meta/episodes.jsonl``: ``{"episode_index", "tasks", "length"}``, tasks = the
+  episode's instruction first, then its paraphrases (provenance ``paraphrases``, when given),
+  plus the source's ``demofactory_episode_index`` and ``demofactory_seed``.
+- ``meta/episodes_stats.jsonl``: per episode (LeRobot v2.1) ``{"episode_index", "stats"}``,
+  every feature's min, max, mean, std, count and q01..q99 as `shards.lerobot_stats` computes
+  them (images per channel in [0, 1], [3, 1, 1]); ``meta/stats.json``: those aggregated over
+  the episodes (LeRobot's ``aggregate_stats``). GR00T reads mean/std/min/max/q01/q99.
+- ``meta/info.json``: LeRobot v2.1 (``codebase_version`` "v2.1", totals, paths, features) plus
+  ``embodiment_tag``, the tag to fine-tune with (``--embodiment-tag``; GR00T's own for a robot
+  it was not pretrained on is ``new_embodiment``).
+
+Choices as in `shards.export_lerobot`: episodes renumbered 0..N-1 in shard order, odd frame
+sizes padded to even, depth and segmentation not exported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shards.export_source import Source, SourceEpisode, decode_jpeg, load_source, read_episodes
+from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, dumps_json
+from shards.lerobot_meta import video_key
+from shards.lerobot_stats import aggregate_stats, feature_stats, image_stats, stats_to_json
+from shards.lerobot_video import VideoFile, even, probe_video
+
+CODEBASE_VERSION = "v2.1"
+DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+STATE_FEATURE = "observation.state"
+ANNOTATION = "human.task_description"  # modality.json key; the column is annotation.<key>
+ANNOTATION_COLUMN = f"annotation.{ANNOTATION}"
+INDEX_COLUMNS = ("frame_index", "episode_index", "index", "task_index")
+# GR00T's EmbodimentTag values (gr00t/data/embodiment_tags.py); any lowercase tag is accepted
+KNOWN_EMBODIMENTS = ("new_embodiment", "gr1", "oxe_droid", "genie1_gripper")
+DEFAULT_EMBODIMENT = "new_embodiment"
+_TAG = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+DATA_SCHEMA = pa.schema(
+    [
+        (STATE_FEATURE, pa.list_(pa.float32())),
+        (ACTION_KEY, pa.list_(pa.float32())),
+        ("timestamp", pa.float32()),
+        (ANNOTATION_COLUMN, pa.int64()),
+    ]
+    + [(name, pa.int64()) for name in INDEX_COLUMNS]
+)
+
+
+def export_gr00t(
+    dataset_dir: Path,
+    out_dir: Path,
+    *,
+    embodiment: str = DEFAULT_EMBODIMENT,
+    chunk_size: int = 1000,
+    video_codec: str = "libx264",
+) -> dict[str, Any]:
+    """Write the dataset at `dataset_dir` as a GR00T LeRobot (v2.1) dataset in `out_dir`.
+
+    embodiment: the embodiment tag recorded in meta/info.json (lowercase, e.g. new_embodiment)
+    chunk_size: episodes per ``chunk-CCC`` folder (info.json ``chunks_size``)
+    video_codec: an FFmpeg encoder PyAV has (libx264: H.264)
+
+    `out_dir` must not exist or be empty; the export is built beside it and renamed into place
+    once complete, so a failed export leaves nothing. Bad arguments raise `ExportError`,
+    unreadable datasets `DatasetError`. Returns a summary: out_dir, codebase_version,
+    embodiment, episodes, frames, tasks, video_keys.
+    """
+    _check_options(embodiment, chunk_size, video_codec)
+    source = load_source(dataset_dir)
+    modality = modality_json(source)
+    out = _check_out_dir(Path(out_dir))
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)  # a leftover of this same process id
+    try:
+        writer = _Gr00tWriter(tmp, source, chunk_size, video_codec)
+        for episode in read_episodes(source):
+            writer.add(episode)
+        _write_meta(tmp, source, writer, modality, embodiment)
+        _fsync_tree(tmp)
+        os.rename(tmp, out)  # onto a missing or empty directory: atomic
+    except DatasetError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DatasetError(f"{source.dir}: not a readable dataset ({exc})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {
+        "out_dir": out,
+        "codebase_version": CODEBASE_VERSION,
+        "embodiment": embodiment,
+        "episodes": len(writer.episodes),
+        "frames": writer.frames,
+        "tasks": len(writer.tasks),
+        "video_keys": [video_key(camera.name) for camera in source.cameras],
+    }
+
+
+def _check_options(embodiment: str, chunk_size: int, video_codec: str) -> None:
+    if not isinstance(embodiment, str) or not _TAG.match(embodiment):
+        raise ExportError(
+            f"embodiment must be a lowercase tag (letters, digits, _), e.g. {KNOWN_EMBODIMENTS}, "
+            f"got {embodiment!r}"
+        )
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ExportError(
+            f"chunk_size must be an int >= 1 (episodes per chunk folder), got {chunk_size!r}"
+        )
+    try:
+        av.codec.Codec(video_codec, "w")
+    except (ValueError, av.error.FFmpegError):
+        raise ExportError(
+            f"video_codec {video_codec!r} has no encoder in this PyAV build (e.g. 'libx264')"
+        ) from None
+
+
+def _check_out_dir(out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        raise ExportError(
+            f"{out}: exists and is not a directory; choose a new or empty output directory"
+        )
+    if out.is_dir() and any(out.iterdir()):
+        raise ExportError(f"{out}: exists and is not empty; choose a new or empty output directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _fsync_tree(root: Path) -> None:
+    # before the rename: the export is never seen under its final name with data in the page
+    # cache only
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                os.fsync(f.fileno())
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------- modality.json
+
+
+def _rotation_type(name: str) -> str | None:
+    if "quat" in name:
+        return "quaternion"
+    if "axis_angle" in name:
+        return "axis_angle"
+    if "rot6d" in name or "rotation_6d" in name:
+        return "rotation_6d"
+    return None
+
+
+def _parts(layout: Sequence[tuple[str, int]], action: bool) -> dict[str, dict[str, Any]]:
+    parts: dict[str, dict[str, Any]] = {}
+    start = 0
+    for name, size in layout:
+        entry: dict[str, Any] = {"start": start, "end": start + size}
+        rotation = _rotation_type(name)
+        if rotation is not None:
+            entry["rotation_type"] = rotation
+        if action:
+            entry["absolute"] = not name.startswith("delta")
+        entry["dtype"] = "float32"
+        parts[name] = entry
+        start += size
+    return parts
+
+
+def modality_json(source: Source) -> dict[str, Any]:
+    """meta/modality.json: state and action split along the source's layouts, the videos by
+    camera, and the task-description annotation."""
+    for key, layout in ((STATE_KEY, source.state_layout), (ACTION_KEY, source.action_layout)):
+        names = [name for name, _ in layout]
+        if len(set(names)) != len(names) or any(size < 1 for _, size in layout):
+            raise DatasetError(
+                f"dataset_info.json: {key}.layout needs distinct names and sizes >= 1 "
+                f"for modality.json, got {list(layout)}"
+            )
+    return {
+        "state": _parts(source.state_layout, action=False),
+        "action": _parts(source.action_layout, action=True),
+        "video": {c.name: {"original_key": video_key(c.name)} for c in source.cameras},
+        "annotation": {ANNOTATION: {}},
+    }
+
+
+# ---------------------------------------------------------------- data and videos
+
+
+def _paraphrases(episode: SourceEpisode) -> list[str]:
+    found = episode.record.provenance.get("paraphrases") or []
+    if not isinstance(found, list) or not all(isinstance(p, str) for p in found):
+        raise DatasetError(
+            f"episodes.jsonl: episode {episode.record.index}'s provenance 'paraphrases' must be "
+            f"a list of strings, got {found!r}"
+        )
+    return [p for p in dict.fromkeys(found) if p != episode.record.instruction]
+
+
+class _Gr00tWriter:
+    """One parquet file and one mp4 a camera per episode; collects the metadata lines."""
+
+    def __init__(self, root: Path, source: Source, chunk_size: int, codec: str):
+        self.root, self.source, self.chunk_size, self.codec = root, source, chunk_size, codec
+        self.tasks: dict[str, int] = {}  # instruction or paraphrase -> task_index
+        self.episodes: list[dict[str, Any]] = []
+        self.episodes_stats: list[dict[str, Any]] = []  # per episode: feature -> stats
+        self.frames = 0
+        self.video_sizes = {
+            video_key(c.name): (even(c.width), even(c.height)) for c in source.cameras
+        }
+
+    def add(self, episode: SourceEpisode) -> None:
+        index, chunk = len(self.episodes), len(self.episodes) // self.chunk_size
+        texts = [episode.record.instruction, *_paraphrases(episode)]
+        for text in texts:
+            self.tasks.setdefault(text, len(self.tasks))
+        task_index = self.tasks[episode.record.instruction]
+        columns = _columns(episode, index, self.frames, task_index, self.source.fps)
+        path = self.root / DATA_PATH.format(episode_chunk=chunk, episode_index=index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(columns, schema=DATA_SCHEMA), path, compression="snappy")
+        stats = {
+            STATE_FEATURE: feature_stats(episode.states),
+            ACTION_KEY: feature_stats(episode.actions),
+            **{
+                name: feature_stats(columns[name].to_numpy())
+                for name in ("timestamp", ANNOTATION_COLUMN, *INDEX_COLUMNS)
+            },
+        }
+        for camera in self.source.cameras:
+            key = video_key(camera.name)
+            pixels = [decode_jpeg(frame, camera) for frame in episode.frames[camera.name]]
+            stats[key] = image_stats(pixels)
+            video = VideoFile(
+                self.root
+                / VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=index),
+                *self.video_sizes[key],
+                self.source.fps,
+                self.codec,
+            )
+            try:
+                video.append(pixels)
+            finally:
+                video.close()
+        self.episodes.append(
+            {
+                "episode_index": index,
+                "tasks": texts,
+                "length": episode.length,
+                "demofactory_episode_index": episode.record.index,
+                "demofactory_seed": episode.record.seed,
+            }
+        )
+        self.episodes_stats.append(stats)
+        self.frames += episode.length
+
+
+def _columns(
+    episode: SourceEpisode, episode_index: int, first_index: int, task_index: int, fps: int
+) -> dict[str, pa.Array]:
+    steps = np.arange(episode.length, dtype=np.int64)
+    tasks = np.full(episode.length, task_index, dtype=np.int64)
+    return {
+        STATE_FEATURE: _list_column(episode.states),
+        ACTION_KEY: _list_column(episode.actions),
+        "timestamp": pa.array((steps / fps).astype(np.float32)),
+        ANNOTATION_COLUMN: pa.array(tasks),
+        "frame_index": pa.array(steps),
+        "episode_index": pa.array(np.full(episode.length, episode_index, dtype=np.int64)),
+        "index": pa.array(first_index + steps),
+        "task_index": pa.array(tasks),
+    }
+
+
+def _list_column(values: np.ndarray) -> pa.Array:
+    """[T, D] float32 -> a list<float32> column of T rows, the values bit for bit."""
+    rows, dim = values.shape
+    offsets = pa.array(np.arange(0, rows * dim + 1, dim, dtype=np.int32))
+    return pa.ListArray.from_arrays(
+        offsets, pa.array(np.ascontiguousarray(values, np.float32).reshape(-1))
+    )
+
+
+# ---------------------------------------------------------------- meta/
+
+
+def _jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    path.write_text("".join(dumps_json(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def _write_meta(
+    root: Path,
+    source: Source,
+    writer: _Gr00tWriter,
+    modality: Mapping[str, Any],
+    embodiment: str,
+) -> None:
+    meta = root / "meta"
+    meta.mkdir(parents=True, exist_ok=True)
+    _jsonl(meta / "episodes.jsonl", writer.episodes)
+    _jsonl(
+        meta / "episodes_stats.jsonl",
+        [
+            {"episode_index": i, "stats": stats_to_json(s)}
+            for i, s in enumerate(writer.episodes_stats)
+        ],
+    )
+    _jsonl(meta / "tasks.jsonl", [{"task_index": i, "task": t} for t, i in writer.tasks.items()])
+    gr00t_stats = stats_to_json(aggregate_stats(writer.episodes_stats))
+    (meta / "stats.json").write_text(dumps_json(gr00t_stats, indent=4) + "\n", encoding="utf-8")
+    (meta / "modality.json").write_text(dumps_json(modality, indent=4) + "\n", encoding="utf-8")
+    info = _info(source, writer, embodiment)
+    (meta / "info.json").write_text(dumps_json(info, indent=4) + "\n", encoding="utf-8")
+
+
+def _info(source: Source, writer: _Gr00tWriter, embodiment: str) -> dict[str, Any]:
+    features: dict[str, Any] = {}
+    for camera in source.cameras:
+        key = video_key(camera.name)
+        width, height = writer.video_sizes[key]
+        first = writer.root / VIDEO_PATH.format(episode_chunk=0, video_key=key, episode_index=0)
+        features[key] = {
+            "dtype": "video",
+            "shape": [height, width, 3],
+            "names": ["height", "width", "channels"],
+            # LeRobot v2.1 (and GR00T's demo data) name the depth flag video.is_depth_map
+            "info": {**probe_video(first, writer.codec), "video.is_depth_map": False},
+        }
+    for key, layout in ((STATE_FEATURE, source.state_layout), (ACTION_KEY, source.action_layout)):
+        names = [name if size == 1 else f"{name}_{i}" for name, size in layout for i in range(size)]
+        features[key] = {"dtype": "float32", "shape": [len(names)], "names": names}
+    features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
+    features[ANNOTATION_COLUMN] = {"dtype": "int64", "shape": [1], "names": None}
+    for name in INDEX_COLUMNS:
+        features[name] = {"dtype": "int64", "shape": [1], "names": None}
+    episodes = len(writer.episodes)
+    return {
+        "codebase_version": CODEBASE_VERSION,
+        "robot_type": source.info.get("robot"),
+        "embodiment_tag": embodiment,
+        "total_episodes": episodes,
+        "total_frames": writer.frames,
+        "total_tasks": len(writer.tasks),
+        "total_videos": episodes * len(source.cameras),
+        "total_chunks": -(-episodes // writer.chunk_size),
+        "chunks_size": writer.chunk_size,
+        "fps": source.fps,
+        "splits": {"train": f"0:{episodes}"},
+        "data_path": DATA_PATH,
+        "video_path": VIDEO_PATH if source.cameras else None,
+        "features": features,
+    }
