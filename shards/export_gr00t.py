@@ -53,12 +53,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shards.export_source import Source, SourceEpisode, decode_jpeg, load_source, read_episodes
+from shards.export_source import (
+    Source,
+    SourceEpisode,
+    check_out_dir,
+    check_video_codec,
+    decode_jpeg,
+    fsync_tree,
+    load_source,
+    read_episodes,
+)
 from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, dumps_json
 from shards.lerobot_meta import video_key
 from shards.lerobot_stats import aggregate_stats, feature_stats, image_stats, stats_to_json
@@ -109,7 +117,7 @@ def export_gr00t(
     _check_options(embodiment, chunk_size, video_codec)
     source = load_source(dataset_dir)
     modality = modality_json(source)
-    out = _check_out_dir(Path(out_dir))
+    out = check_out_dir(Path(out_dir))
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)  # a leftover of this same process id
     try:
@@ -117,7 +125,7 @@ def export_gr00t(
         for episode in read_episodes(source):
             writer.add(episode)
         _write_meta(tmp, source, writer, modality, embodiment)
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         os.rename(tmp, out)  # onto a missing or empty directory: atomic
     except DatasetError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -146,37 +154,7 @@ def _check_options(embodiment: str, chunk_size: int, video_codec: str) -> None:
         raise ExportError(
             f"chunk_size must be an int >= 1 (episodes per chunk folder), got {chunk_size!r}"
         )
-    try:
-        av.codec.Codec(video_codec, "w")
-    except (ValueError, av.error.FFmpegError):
-        raise ExportError(
-            f"video_codec {video_codec!r} has no encoder in this PyAV build (e.g. 'libx264')"
-        ) from None
-
-
-def _check_out_dir(out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        raise ExportError(
-            f"{out}: exists and is not a directory; choose a new or empty output directory"
-        )
-    if out.is_dir() and any(out.iterdir()):
-        raise ExportError(f"{out}: exists and is not empty; choose a new or empty output directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def _fsync_tree(root: Path) -> None:
-    # before the rename: the export is never seen under its final name with data in the page
-    # cache only
-    for folder, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as f:
-                os.fsync(f.fileno())
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    check_video_codec(video_codec)
 
 
 # ---------------------------------------------------------------- modality.json

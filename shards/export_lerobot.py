@@ -60,7 +60,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -69,7 +68,10 @@ from PIL import Image
 from shards.export_source import (
     Source,
     SourceEpisode,
+    check_out_dir,
+    check_video_codec,
     decode_jpeg,
+    fsync_tree,
     load_source,
     read_episodes,
 )
@@ -118,7 +120,7 @@ def export_lerobot(
     _check_options(chunk_size, video_codec, data_file_size_mb, video_file_size_mb)
     source = load_source(dataset_dir)
     _source_stats(source)  # refuses a dataset without stats.json, as before
-    out = _check_out_dir(Path(out_dir))
+    out = check_out_dir(Path(out_dir))
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)  # a leftover of this same process id
     try:
@@ -131,7 +133,7 @@ def export_lerobot(
         finally:
             writer.close()
         write_meta(tmp, source, writer)
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         os.rename(tmp, out)  # onto a missing or empty directory: atomic
     except DatasetError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -159,27 +161,7 @@ def _check_options(chunk_size: int, video_codec: str, data_mb: float, video_mb: 
     for name, value in (("data_file_size_mb", data_mb), ("video_file_size_mb", video_mb)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ExportError(f"{name} must be a number > 0 (e.g. 100), got {value!r}")
-    if video_codec not in av.codecs_available:
-        raise ExportError(
-            f"video_codec {video_codec!r} is not an FFmpeg codec PyAV knows (e.g. 'libx264')"
-        )
-    try:
-        av.codec.Codec(video_codec, "w")
-    except (ValueError, av.error.FFmpegError):
-        raise ExportError(
-            f"video_codec {video_codec!r} has no encoder in this PyAV build (e.g. 'libx264')"
-        ) from None
-
-
-def _check_out_dir(out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        raise ExportError(
-            f"{out}: exists and is not a directory; choose a new or empty output directory"
-        )
-    if out.is_dir() and any(out.iterdir()):
-        raise ExportError(f"{out}: exists and is not empty; choose a new or empty output directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return out
+    check_video_codec(video_codec)
 
 
 def _source_stats(source: Source) -> dict[str, Any]:
@@ -381,17 +363,3 @@ def _list_column(values: np.ndarray) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(
         pa.array(np.ascontiguousarray(values, np.float32).reshape(-1)), dim
     )
-
-
-def _fsync_tree(root: Path) -> None:
-    # Before the rename, so that the export is never seen under its final name with
-    # data still in the page cache only.
-    for folder, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as f:
-                os.fsync(f.fileno())
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -15,6 +15,7 @@ Shared by `shards.export_lerobot` and `shards.export_robomimic`.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,3 +286,51 @@ def decode_jpeg(data: bytes, camera: CameraInfo) -> np.ndarray:
             f"dataset_info.json says {camera.width}x{camera.height}"
         )
     return pixels
+
+
+# ------------------------------------------------------- what every export does around its files
+
+
+def check_video_codec(video_codec: str) -> None:
+    """ExportError unless PyAV has an encoder for `video_codec`."""
+    import av  # imported here: verify and the loader read sources without PyAV's start-up
+
+    if video_codec not in av.codecs_available:
+        raise ExportError(
+            f"video_codec {video_codec!r} is not an FFmpeg codec PyAV knows (e.g. 'libx264')"
+        )
+    try:
+        av.codec.Codec(video_codec, "w")
+    except (ValueError, av.error.FFmpegError):
+        raise ExportError(
+            f"video_codec {video_codec!r} has no encoder in this PyAV build (e.g. 'libx264')"
+        ) from None
+
+
+def check_out_dir(out: Path) -> Path:
+    """`out` if it is new or an empty directory (its parent made); ExportError otherwise."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(
+            f"{out}: exists and is not a directory; choose a new or empty output directory"
+        )
+    if out.is_dir() and any(out.iterdir()):
+        raise ExportError(f"{out}: exists and is not empty; choose a new or empty output directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and folder under `root`.
+
+    Called before an export's temporary folder is renamed into place, so that the export is
+    never seen under its final name with data still in the page cache only.
+    """
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                os.fsync(f.fileno())
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
