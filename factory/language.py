@@ -29,12 +29,14 @@ class EpisodeLanguage:
     """What an episode's instruction says and the colours it was drawn with.
 
     attributes: object -> {"name": noun, "color": colour name}; rgba: object -> drawn (r, g, b, a)
-    for objects whose colour comes from a palette.
+    for objects whose colour comes from a palette. paraphrases: the spec's other instructions,
+    filled with the same attributes (empty when the spec gives one phrasing).
     """
 
     instruction: str
     attributes: dict[str, dict[str, str]] = field(default_factory=dict)
     rgba: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
+    paraphrases: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"attributes": self.attributes}
@@ -64,10 +66,12 @@ def draw_colors(scene: SceneSection, seed: int) -> dict[str, str]:
 
 def episode_language(spec, seed: int) -> EpisodeLanguage:
     """The instruction of the episode from attempt `seed`, with the attributes it names."""
-    template = spec.instructions[seed % len(spec.instructions)]
+    chosen = seed % len(spec.instructions)
+    template = spec.instructions[chosen]
+    others = [t for i, t in enumerate(spec.instructions) if i != chosen]
     scene: SceneSection | None = spec.scene
     if scene is None:
-        return EpisodeLanguage(template)
+        return EpisodeLanguage(template, paraphrases=_unique(others, template))
     drawn = draw_colors(scene, seed)
     attributes = {}
     for name, obj in scene.objects.items():
@@ -80,9 +84,16 @@ def episode_language(spec, seed: int) -> EpisodeLanguage:
             attrs["color"] = nearest_color_name(obj.color)
         attributes[name] = attrs
     # str.format reads {cube.color} as the attribute `color` of the value named `cube`.
-    instruction = template.format(**{o: SimpleNamespace(**a) for o, a in attributes.items()})
+    slots = {o: SimpleNamespace(**a) for o, a in attributes.items()}
+    instruction = template.format(**slots)
     rgba = {name: COLORS[colour] for name, colour in drawn.items()}
-    return EpisodeLanguage(instruction, attributes, rgba)
+    paraphrases = _unique([t.format(**slots) for t in others], instruction)
+    return EpisodeLanguage(instruction, attributes, rgba, paraphrases)
+
+
+def _unique(texts: list[str], chosen: str) -> tuple[str, ...]:
+    """`texts` in order, without repeats and without the chosen instruction."""
+    return tuple(dict.fromkeys(t for t in texts if t != chosen))
 
 
 def paint_objects(scene, rgba: dict[str, tuple]) -> Callable[[], None]:

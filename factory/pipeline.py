@@ -204,6 +204,8 @@ class ShardWorker:
         }
         if self.spec.scene is not None:
             provenance["language"] = language.to_json()
+        if language.paraphrases:  # the spec's other phrasings, filled for this episode
+            provenance["paraphrases"] = list(language.paraphrases)
         return Episode(
             index=attempt.attempt_id * self.variants + variant,
             shard=attempt.shard,

@@ -89,7 +89,11 @@ def seed_episode(scene: Scene, renderer: FrameRenderer, demo: SeedDemo, index: i
         images=frames.images,
         depth=frames.depth,
         segmentation=frames.segmentation,
-        provenance={"kind": SOURCE_MARK, "source": demo.label},
+        provenance={
+            "kind": SOURCE_MARK,
+            "source": demo.label,
+            **({"paraphrases": list(language.paraphrases)} if language.paraphrases else {}),
+        },
     )
 
 

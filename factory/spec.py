@@ -112,7 +112,9 @@ class SceneSpec(_Strict):
         AppearanceSpec(), description="Appearance variants: K looks per physical trajectory."
     )
     instructions: list[str] = Field(
-        min_length=1, description="Language instructions, several phrasings; one per episode."
+        min_length=1,
+        description="Language instructions, several phrasings: an episode gets one (by its "
+        "seed) and the others, filled alike, as provenance.paraphrases.",
     )
     output: OutputSpec = Field(OutputSpec(), description="Where the dataset is written.")
     script: ScriptSpec | None = Field(

@@ -206,7 +206,28 @@ def test_palette_colours_are_drawn_per_seed_and_distinct():
 def test_specs_without_a_scene_keep_their_instructions():
     spec = load_spec(SPECS / "stack.yaml")
     for seed in range(5):
-        assert episode_language(spec, seed).instruction == spec.instructions[seed % 3]
+        language = episode_language(spec, seed)
+        assert language.instruction == spec.instructions[seed % 3]
+        # the spec's other phrasings are the episode's paraphrases, in spec order
+        assert list(language.paraphrases) == [
+            t for i, t in enumerate(spec.instructions) if i != seed % 3
+        ]
+
+
+def test_paraphrases_are_the_other_templates_filled_with_the_same_colours():
+    spec = load_spec(CUBE_BOWL)
+    assert len(spec.instructions) == 2
+    for seed in range(6):
+        language = episode_language(spec, seed)
+        colour = language.attributes["cube"]["color"]
+        (other,) = language.paraphrases
+        assert other != language.instruction
+        assert colour in language.instruction and colour in other
+        templates = [t.replace("{cube.color}", colour) for t in spec.instructions]
+        filled = {
+            t.replace("{cube.name}", "cube").replace("{bowl.name}", "bowl") for t in templates
+        }
+        assert {language.instruction, other} == filled
 
 
 @pytest.mark.slow
@@ -224,6 +245,8 @@ def test_the_rendered_colour_is_the_one_the_instruction_names():
     assert np.array_equal(resolved.scene.model.geom_rgba, before)  # the colours were put back
     drawn = episode.provenance["language"]["attributes"]["cube"]["color"]
     assert f"the {drawn} " in episode.instruction
+    (paraphrase,) = episode.provenance["paraphrases"]  # cube_bowl gives two phrasings
+    assert f"the {drawn} " in paraphrase and paraphrase != episode.instruction
     import io
 
     from PIL import Image
