@@ -46,9 +46,7 @@ sizes padded to even, depth and segmentation not exported.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,9 +61,9 @@ from shards.export_source import (
     check_out_dir,
     check_video_codec,
     decode_jpeg,
-    fsync_tree,
     load_source,
     read_episodes,
+    staged_export,
 )
 from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, dumps_json
 from shards.lerobot_meta import video_key
@@ -118,21 +116,11 @@ def export_gr00t(
     source = load_source(dataset_dir)
     modality = modality_json(source)
     out = check_out_dir(Path(out_dir))
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)  # a leftover of this same process id
-    try:
+    with staged_export(out, source) as tmp:
         writer = _Gr00tWriter(tmp, source, chunk_size, video_codec)
         for episode in read_episodes(source):
             writer.add(episode)
         _write_meta(tmp, source, writer, modality, embodiment)
-        fsync_tree(tmp)
-        os.rename(tmp, out)  # onto a missing or empty directory: atomic
-    except DatasetError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise DatasetError(f"{source.dir}: not a readable dataset ({exc})") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {
         "out_dir": out,
         "codebase_version": CODEBASE_VERSION,

@@ -55,8 +55,6 @@ Choices:
 from __future__ import annotations
 
 import io
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +69,9 @@ from shards.export_source import (
     check_out_dir,
     check_video_codec,
     decode_jpeg,
-    fsync_tree,
     load_source,
     read_episodes,
+    staged_export,
 )
 from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, segmentation_bits
 from shards.lerobot_meta import (
@@ -121,9 +119,7 @@ def export_lerobot(
     source = load_source(dataset_dir)
     _source_stats(source)  # refuses a dataset without stats.json, as before
     out = check_out_dir(Path(out_dir))
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)  # a leftover of this same process id
-    try:
+    with staged_export(out, source) as tmp:
         writer = _LeRobotWriter(
             tmp, source, chunk_size, video_codec, data_file_size_mb, video_file_size_mb
         )
@@ -133,14 +129,6 @@ def export_lerobot(
         finally:
             writer.close()
         write_meta(tmp, source, writer)
-        fsync_tree(tmp)
-        os.rename(tmp, out)  # onto a missing or empty directory: atomic
-    except DatasetError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise DatasetError(f"{source.dir}: not a readable dataset ({exc})") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {
         "out_dir": out,
         "codebase_version": CODEBASE_VERSION,

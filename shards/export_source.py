@@ -14,8 +14,10 @@ Shared by `shards.export_lerobot` and `shards.export_robomimic`.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,3 +336,25 @@ def fsync_tree(root: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def staged_export(out: Path, source: Source) -> Iterator[Path]:
+    """A temporary folder beside `out` to build an export in, renamed onto `out` once the block
+    ends without error (after an fsync of everything in it); removed on any error.
+
+    `out` must be what `check_out_dir` returned. A `DatasetError` raised while reading the
+    source is reported as the source not being a readable dataset.
+    """
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)  # a leftover of this same process id
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        os.rename(tmp, out)  # onto a missing or empty directory: atomic
+    except DatasetError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DatasetError(f"{source.dir}: not a readable dataset ({exc})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
