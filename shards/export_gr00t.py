@@ -195,16 +195,6 @@ def modality_json(source: Source) -> dict[str, Any]:
 # ---------------------------------------------------------------- data and videos
 
 
-def _paraphrases(episode: SourceEpisode) -> list[str]:
-    found = episode.record.provenance.get("paraphrases") or []
-    if not isinstance(found, list) or not all(isinstance(p, str) for p in found):
-        raise DatasetError(
-            f"episodes.jsonl: episode {episode.record.index}'s provenance 'paraphrases' must be "
-            f"a list of strings, got {found!r}"
-        )
-    return [p for p in dict.fromkeys(found) if p != episode.record.instruction]
-
-
 class _Gr00tWriter:
     """One parquet file and one mp4 a camera per episode; collects the metadata lines."""
 
@@ -220,7 +210,7 @@ class _Gr00tWriter:
 
     def add(self, episode: SourceEpisode) -> None:
         index, chunk = len(self.episodes), len(self.episodes) // self.chunk_size
-        texts = [episode.record.instruction, *_paraphrases(episode)]
+        texts = episode.texts()  # the instruction, then its paraphrases
         for text in texts:
             self.tasks.setdefault(text, len(self.tasks))
         task_index = self.tasks[episode.record.instruction]

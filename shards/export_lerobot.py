@@ -24,14 +24,16 @@ What is written (LeRobot v3.0, ``codebase_version`` "v3.0"):
   frame n at n / fps). An episode's frames are those with ``from_timestamp <= t <
   to_timestamp`` in its episodes row.
 - ``meta/episodes/chunk-000/file-000.parquet``: per episode ``episode_index``,
-  ``tasks``, ``length``, ``data/chunk_index``, ``data/file_index``,
+  ``tasks`` (its instruction, then its paraphrases), ``length``, ``data/chunk_index``, ``data/file_index``,
   ``dataset_from_index``, ``dataset_to_index`` (global, end exclusive), per
   camera ``videos/<key>/{chunk_index,file_index,from_timestamp,to_timestamp}``,
   ``stats/<feature>/<stat>`` for every feature (min, max, mean, std, count, q01, q10,
   q50, q90, q99, as `shards.lerobot_stats` computes them), ``meta/episodes/{chunk_index,
   file_index}``, and the source's ``demofactory/episode_index`` and ``demofactory/seed``.
-- ``meta/tasks.parquet``: ``task`` -> ``task_index``, with pandas metadata making
-  ``task`` the index (what LeRobot's ``pd.read_parquet`` expects).
+- ``meta/tasks.parquet``: ``task`` -> ``task_index`` for every instruction and paraphrase, with
+  pandas metadata making ``task`` the index (what LeRobot's ``pd.read_parquet`` expects); a
+  frame's ``task_index`` is its episode's instruction, so a trainer can draw a paraphrase from
+  the episode's ``tasks``.
 - ``meta/stats.json``: the episodes' statistics aggregated as LeRobot's ``aggregate_stats``
   does; RGB images per channel in [0, 1], depth in millimetres, shaped [C, 1, 1].
 - ``meta/info.json``: video features' ``info`` as lerobot 0.6 writes it (stream fields,
@@ -197,7 +199,10 @@ class _LeRobotWriter:
         if self._data is None or self._full():
             self._next_files()
         chunk, file = self._chunk_file()
-        task_index = self.tasks.setdefault(episode.record.instruction, len(self.tasks))
+        texts = episode.texts()  # the instruction, then its paraphrases
+        for text in texts:
+            self.tasks.setdefault(text, len(self.tasks))
+        task_index = self.tasks[episode.record.instruction]
         table = _frame_table(
             episode, self.source, self.schema, len(self.episodes), self.frames, task_index
         )
@@ -206,7 +211,7 @@ class _LeRobotWriter:
         stats = _column_stats(episode, self.source, table)
         row: dict[str, Any] = {
             "episode_index": len(self.episodes),
-            "tasks": [episode.record.instruction],
+            "tasks": texts,
             "length": episode.length,
             "data/chunk_index": chunk,
             "data/file_index": file,

@@ -102,6 +102,16 @@ class SourceEpisode:
     def length(self) -> int:
         return len(self.actions)
 
+    def texts(self) -> list[str]:
+        """The instruction, then its paraphrases (provenance ``paraphrases``), each once."""
+        found = self.record.provenance.get("paraphrases") or []
+        if not isinstance(found, list) or not all(isinstance(p, str) for p in found):
+            raise DatasetError(
+                f"episodes.jsonl: episode {self.record.index}'s provenance 'paraphrases' must be "
+                f"a list of strings, got {found!r}"
+            )
+        return list(dict.fromkeys([self.record.instruction, *found]))
+
 
 def load_source(dataset_dir: Path) -> Source:
     """Read and check a dataset's metadata for export; a problem raises `DatasetError` naming the

@@ -157,7 +157,7 @@ class WrittenFiles(Protocol):
     chunk_size: int  # files per chunk folder
     data_limit: float  # bytes: a data file rolls over past this
     video_limit: float  # bytes: ... or a video past this
-    tasks: Mapping[str, int]  # instruction -> task_index
+    tasks: Mapping[str, int]  # instruction or paraphrase -> task_index
     episodes: Sequence[Mapping[str, Any]]  # the episodes rows
     frames: int  # over all episodes
     codec: str  # the videos' encoder

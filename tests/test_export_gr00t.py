@@ -13,6 +13,7 @@ import pytest
 
 from shards import DatasetError
 from shards.export_gr00t import export_gr00t
+from shards.export_lerobot import export_lerobot
 from tests.test_exports import (
     ACTION_LAYOUT,
     CAMERAS,
@@ -201,13 +202,34 @@ def test_gr00t_videos_hold_every_frame(gr00t, dataset):  # noqa: F811
                 assert psnr(image, _unjpeg(source.images[camera][t])) > PSNR_BOUND
 
 
-def test_gr00t_paraphrases_become_tasks(tmp_path):
-    root = tmp_path / "tiny"
+def _with_paraphrases(root: Path) -> Path:
     make_dataset(root)
     lines = [json.loads(line) for line in (root / "episodes.jsonl").read_text().splitlines()]
     for record in lines:
         record["provenance"]["paraphrases"] = PARAPHRASES.get(record["index"], [])
     (root / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return root
+
+
+def test_lerobot_paraphrases_become_tasks(tmp_path):
+    export_lerobot(_with_paraphrases(tmp_path / "tiny"), tmp_path / "out")
+    out = tmp_path / "out"
+    tasks = pq.read_table(out / "meta/tasks.parquet").to_pydict()
+    assert dict(zip(tasks["task"], tasks["task_index"], strict=True)) == {
+        LIFT: 0,
+        PICK: 1,
+        "grab the red cube": 2,
+    }
+    episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pydict()
+    assert episodes["tasks"] == [[LIFT], [PICK, "grab the red cube"], [LIFT]]
+    frames = pq.read_table(out / "data/chunk-000/file-000.parquet").to_pydict()
+    by_episode = dict(zip(frames["episode_index"], frames["task_index"], strict=True))
+    assert by_episode == {0: 0, 1: 1, 2: 0}  # frames carry the instruction, not a paraphrase
+    assert json.loads((out / "meta/info.json").read_text())["total_tasks"] == 3
+
+
+def test_gr00t_paraphrases_become_tasks(tmp_path):
+    root = _with_paraphrases(tmp_path / "tiny")
     export_gr00t(root, tmp_path / "out")
     out = tmp_path / "out"
     tasks = _meta(out, "tasks.jsonl")
