@@ -261,7 +261,8 @@ def shard_prefix(
 def clear_dataset(out_dir: Path) -> None:
     """Remove a dataset's files (the manifest first: it is the commit point); other files stay."""
     (out_dir / MANIFEST_FILENAME).unlink(missing_ok=True)
-    for path in shards_dir(out_dir).glob("shard-*.tar"):
-        path.unlink()
+    for pattern in ("shard-*.tar", "shard-*.stats.json"):  # shards and their statistics
+        for path in shards_dir(out_dir).glob(pattern):
+            path.unlink()
     for name in (GENERATION_FILENAME, EPISODES_FILENAME, STATS_FILENAME):
         (out_dir / name).unlink(missing_ok=True)

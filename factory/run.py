@@ -70,6 +70,7 @@ from shards.format import (
     write_text_atomic,
 )
 from shards.metadata import camera_entry
+from shards.stats import sidecar_path
 
 if (
     TYPE_CHECKING
@@ -233,6 +234,7 @@ class DatasetRecorder:
         self._save_generation()
         for name in names:
             (shards_dir(self.out_dir) / name).unlink(missing_ok=True)
+            sidecar_path(shards_dir(self.out_dir) / name).unlink(missing_ok=True)
 
     def finish(self, wall_s: float) -> None:
         """Write episodes.jsonl and stats.json from every finished shard."""
@@ -241,13 +243,12 @@ class DatasetRecorder:
         self._pending = 0
         records = [e for r in self.results.values() for e in r.episodes]
         self._save(EPISODES_FILENAME, lambda: save_episodes(self.out_dir, records))
-        names = [info.name for info in self.manifest.shards if info.samples > 0]
+        # the workers' per-shard statistics, merged: one small file per shard (shards.stats)
+        checksums = {info.name: info.sha256 for info in self.manifest.shards if info.samples > 0}
         extra = {"episodes": len(records), "transitions": sum(e.length for e in records)}
-        if names:
-            self._save(
-                STATS_FILENAME,
-                lambda: save_stats(self.out_dir, compute_stats(self.out_dir, names), extra),
-            )
+        if checksums:
+            stats = compute_stats(self.out_dir, list(checksums), checksums=checksums)
+            self._save(STATS_FILENAME, lambda: save_stats(self.out_dir, stats, extra))
 
 
 def _remove_stale_temporaries(out_dir: Path) -> None:

@@ -41,10 +41,11 @@ def write_dataset(
     manifest = Manifest()
     for index in sorted(by_shard):
         manifest = manifest.with_shard(write_shard(by_shard[index], shards_dir(dataset_dir), index))
-    names = [shard.name for shard in manifest.shards if shard.samples > 0]
+    checksums = {shard.name: shard.sha256 for shard in manifest.shards if shard.samples > 0}
     totals = {"episodes": len(episodes), "transitions": sum(ep.length for ep in episodes)}
-    if names:
-        save_stats(dataset_dir, compute_stats(dataset_dir, names), totals)
+    if checksums:
+        stats = compute_stats(dataset_dir, list(checksums), checksums=checksums)
+        save_stats(dataset_dir, stats, totals)
     save_episodes(dataset_dir, [EpisodeRecord.from_episode(ep) for ep in episodes])
     save_dataset_info(dataset_dir, dict(info))
     save_manifest(dataset_dir, manifest)

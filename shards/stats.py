@@ -1,18 +1,22 @@
 """Normalisation statistics over a whole dataset: mean, std, min, max, q01, q99, count.
 
-    shard names (sorted) -> samples (shards.tario, strict), their <key>.<k>.npy members
-      for each requested k (images skipped)
-      -> per key: [N, D] float64 of all steps -> KeyStats per dimension -> DIR/stats.json
+    worker: write_shard ──► shard-000003.tar, then shard-000003.stats.json
+            (`shards.partial_stats` of its action and state rows, with the tar's sha256)
+    driver: the listed shards ──► per shard its sidecar where the checksum matches, else its
+            <key>.<k>.npy members read back (images skipped) ──► merged one at a time
+            ──► KeyStats per key ──► DIR/stats.json
 
-Statistics are computed exactly over all steps (quantiles need all of them),
-after the shards are written, so they do not depend on which worker wrote
-which shard. Shards are read in name order so the floating-point sums, and
-hence the bytes of stats.json, do not depend on the order the names are given.
+The driver's work per shard is one small file and one merge, whatever the dataset's size, and
+its memory one merged sketch per key. Mean and std are exact (rounded once); q01/q99 come from
+the merged histogram, within `QUANTILE_ERROR_OF_RANGE` of each dimension's range of the exact
+quantiles. Merging is exact and order-free, so the bytes of stats.json do not depend on which
+worker wrote which shard or in what order they finished, nor on whether sidecars were used.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -25,12 +29,16 @@ from shards.format import (
     STATE_KEY,
     STATS_FILENAME,
     DatasetError,
+    atomic_output,
     dumps_json,
     read_json_file,
     shards_dir,
     write_text_atomic,
 )
+from shards.partial_stats import PartialStats, from_bytes, partial_stats, to_bytes
 from shards.tario import read_samples
+
+SIDECAR_SUFFIX = ".stats.json"
 
 
 @dataclass(frozen=True)
@@ -38,8 +46,9 @@ class KeyStats:
     """Statistics of one key (e.g. ``action``), each list holding one float per dimension D.
 
     std is the population standard deviation (ddof=0); q01/q99 are the 1% and
-    99% quantiles (numpy's default linear interpolation); count is the number of
-    time steps the statistics were computed over.
+    99% quantiles (numpy's default linear interpolation) from a merged histogram, within
+    `QUANTILE_ERROR_OF_RANGE` of (max - min); count is the number of time steps the
+    statistics were computed over.
     """
 
     mean: list[float]
@@ -77,23 +86,64 @@ def compute_stats(
     dataset_dir: Path,
     shard_names: Sequence[str],
     keys: Sequence[str] = (ACTION_KEY, STATE_KEY),
+    checksums: Mapping[str, str] | None = None,
 ) -> dict[str, KeyStats]:
     """Statistics per key and dimension over every step of the listed shards.
 
-    Reads only the ``<key>.<k>.npy`` members of ``DIR/shards/<name>``; JPEG
-    frames are skipped without decoding. Each key must appear in every sample
-    with the same shape [D]. Raises `DatasetError` if the shards hold no steps
-    or the arrays are inconsistent.
+    With `checksums` (shard name -> the manifest's sha256), a shard's sidecar stands in for
+    its tar when it records that checksum; without, every tar is read (what `verify` does).
+    Each key must have the same width [D] in every shard. Raises `DatasetError` if the shards
+    hold no steps or the arrays are inconsistent.
     """
     if not shard_names:
         raise DatasetError(f"{dataset_dir}: compute_stats needs at least one shard")
-    collected: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    merged: dict[str, PartialStats] | None = None
     for name in sorted(shard_names):
-        _read_arrays(shards_dir(dataset_dir) / name, collected)
+        path = shards_dir(dataset_dir) / name
+        sha = None if checksums is None else checksums.get(name)
+        part = (sha is not None and load_sidecar(path, keys, sha)) or read_partial_stats(path, keys)
+        if merged is not None:
+            widths = {k: (merged[k].dims, part[k].dims) for k in keys}
+            if any(a != b for a, b in widths.values()):
+                raise DatasetError(f"{path}: array widths {widths} differ from earlier shards")
+        merged = part if merged is None else {k: merged[k].merge(part[k]) for k in keys}
+    return {k: _key_stats(p) for k, p in merged.items()}
+
+
+def sidecar_path(shard_path: Path) -> Path:
+    """``shard-000003.tar`` -> ``shard-000003.stats.json``, beside it."""
+    return shard_path.with_name(shard_path.name.removesuffix(".tar") + SIDECAR_SUFFIX)
+
+
+def save_sidecar(shard_path: Path, parts: Mapping[str, PartialStats], sha256: str) -> None:
+    """Write a shard's partial statistics beside it, atomically, naming the tar's checksum."""
+    body = to_bytes(dict(parts))
+    with atomic_output(sidecar_path(shard_path)) as f:
+        f.write(json.dumps({"sha256": sha256}).encode() + b"\n" + body)
+
+
+def load_sidecar(
+    shard_path: Path, keys: Sequence[str], sha256: str
+) -> dict[str, PartialStats] | None:
+    """The sidecar's statistics if it exists and was written for the tar with `sha256`; None
+    otherwise (a missing, stale or damaged sidecar only costs reading the tar)."""
+    try:
+        head, _, body = sidecar_path(shard_path).read_bytes().partition(b"\n")
+        if json.loads(head).get("sha256") != sha256:
+            return None
+        return from_bytes(body, keys, str(sidecar_path(shard_path)))
+    except (OSError, ValueError, AttributeError, DatasetError):
+        return None
+
+
+def read_partial_stats(path: Path, keys: Sequence[str]) -> dict[str, PartialStats]:
+    """The partial statistics of one shard tar's `keys`, from its ``<key>.npy`` members."""
+    collected: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    _read_arrays(path, collected)
     counts = {k: len(rows) for k, rows in collected.items()}
     if len(set(counts.values())) != 1 or 0 in counts.values():
-        raise DatasetError(f"{dataset_dir}: steps per key differ or are zero: {counts}")
-    return {k: _key_stats(np.stack(rows).astype(np.float64)) for k, rows in collected.items()}
+        raise DatasetError(f"{path}: steps per key differ or are zero: {counts}")
+    return {k: partial_stats(np.stack(rows)) for k, rows in collected.items()}
 
 
 def _read_arrays(path: Path, collected: dict[str, list[np.ndarray]]) -> None:
@@ -107,7 +157,6 @@ def _read_arrays(path: Path, collected: dict[str, list[np.ndarray]]) -> None:
             except ValueError as exc:
                 raise DatasetError(f"{path}: {sample.key}.{suffix}: {exc}") from None
             rows = collected[wanted[suffix]]
-            # Compared with the first array of any shard, so shards must agree too.
             expected = rows[0].shape if rows else array.shape
             if array.ndim != 1 or array.shape != expected:
                 raise DatasetError(
@@ -117,16 +166,17 @@ def _read_arrays(path: Path, collected: dict[str, list[np.ndarray]]) -> None:
             rows.append(array)
 
 
-def _key_stats(values: np.ndarray) -> KeyStats:
-    """Per-dimension statistics of [N, D] float64 values."""
+def _key_stats(part: PartialStats) -> KeyStats:
+    """The stats.json entry of one key's merged statistics."""
+    mean, std = part.mean_std()
     return KeyStats(
-        mean=values.mean(axis=0).tolist(),
-        std=values.std(axis=0).tolist(),
-        min=values.min(axis=0).tolist(),
-        max=values.max(axis=0).tolist(),
-        q01=np.quantile(values, 0.01, axis=0).tolist(),
-        q99=np.quantile(values, 0.99, axis=0).tolist(),
-        count=int(values.shape[0]),
+        mean=mean,
+        std=std,
+        min=part.min.tolist(),
+        max=part.max.tolist(),
+        q01=part.quantiles(0.01),
+        q99=part.quantiles(0.99),
+        count=part.count,
     )
 
 

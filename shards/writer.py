@@ -5,6 +5,7 @@
          (cameras that have them), action/state/sim_state .npy, meta.json
       -> tar members with fixed metadata (mtime 0, uid 0, mode 0o444)
       -> .shard-000003.tar.tmp-<pid>  --fsync, os.replace-->  shard-000003.tar
+      -> its action/state partial statistics -> shard-000003.stats.json (`shards.stats`)
 
 The tar is written with the stdlib `tarfile`, not webdataset's writer, so that
 equal content gives equal bytes: a retried shard is rewritten identically and
@@ -37,6 +38,8 @@ from shards.format import (
     segmentation_member,
     shard_name,
 )
+from shards.partial_stats import partial_stats
+from shards.stats import save_sidecar
 
 # Fixed tar header fields: nothing about when or by whom a shard was written
 # may reach its bytes.
@@ -106,13 +109,20 @@ def write_shard(episodes: Sequence[Episode], shards_dir: Path, shard_index: int)
     ):
         for member, data in _shard_members(ordered):
             tar.addfile(_tar_info(member, len(data)), io.BytesIO(data))
-    return ShardInfo(
+    info = ShardInfo(
         name=path.name,
         samples=sum(ep.length for ep in ordered),
         episodes=len(ordered),
         bytes=path.stat().st_size,
         sha256=sha256_file(path),
     )
+    if ordered:  # the driver merges these instead of reading the shard (shards.stats)
+        rows = {
+            ACTION_KEY: np.concatenate([ep.actions for ep in ordered]),
+            STATE_KEY: np.concatenate([ep.states for ep in ordered]),
+        }
+        save_sidecar(path, {k: partial_stats(v) for k, v in rows.items()}, info.sha256)
+    return info
 
 
 def sha256_file(path: Path) -> str:

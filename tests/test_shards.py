@@ -37,6 +37,8 @@ from shards import (
     verify_shard,
     write_shard,
 )
+from shards.partial_stats import QUANTILE_ERROR_OF_RANGE
+from shards.stats import sidecar_path
 
 HEIGHT, WIDTH = 12, 20  # not square, so a transposed decode would show
 CAMERAS = ("wrist", "agentview")  # deliberately unsorted
@@ -190,7 +192,7 @@ def test_failure_mid_shard_keeps_previous_file(
     monkeypatch.setattr(shards.writer, "_npy_bytes", npy_bytes_failing_later)
     with pytest.raises(RuntimeError, match="worker killed"):
         write_shard([make_episode(0, 0, 4, seed=5)], out, 0)
-    assert _leftovers(out) == [first.name]
+    assert _leftovers(out) == [sidecar_path(out / first.name).name, first.name]
     assert (out / first.name).read_bytes() == before
 
 
@@ -315,7 +317,8 @@ def test_compute_stats_matches_numpy_over_two_shards(dataset_dir: Path) -> None:
         0: [make_episode(0, 0, 5, seed=0), make_episode(1, 0, 3, seed=1)],
         1: [make_episode(2, 1, 6, seed=2)],
     }
-    names = [write_shard(eps, out, index).name for index, eps in by_shard.items()]
+    infos = [write_shard(eps, out, index) for index, eps in by_shard.items()]
+    names = [info.name for info in infos]
     episodes = [ep for eps in by_shard.values() for ep in eps]
 
     stats = compute_stats(dataset_dir, names)
@@ -328,9 +331,17 @@ def test_compute_stats_matches_numpy_over_two_shards(dataset_dir: Path) -> None:
         np.testing.assert_allclose(got.std, values.std(axis=0))
         np.testing.assert_allclose(got.min, values.min(axis=0))
         np.testing.assert_allclose(got.max, values.max(axis=0))
-        np.testing.assert_allclose(got.q01, np.quantile(values, 0.01, axis=0))
-        np.testing.assert_allclose(got.q99, np.quantile(values, 0.99, axis=0))
+        bound = QUANTILE_ERROR_OF_RANGE * (values.max(0) - values.min(0))  # a merged sketch
+        for q, got_q in ((0.01, got.q01), (0.99, got.q99)):
+            assert (np.abs(np.asarray(got_q) - np.quantile(values, q, axis=0)) <= bound).all()
     assert compute_stats(dataset_dir, names[::-1]) == stats
+    # the workers' sidecars give the same statistics as reading the tars, without reading them
+    checksums = {info.name: info.sha256 for info in infos}
+    (out / names[1]).write_bytes(b"not a tar any more")
+    assert compute_stats(dataset_dir, names, checksums=checksums) == stats
+    # a sidecar naming another checksum is not trusted: the (now broken) tar is read
+    with pytest.raises(DatasetError):
+        compute_stats(dataset_dir, names, checksums={**checksums, names[1]: "0" * 64})
 
     save_stats(dataset_dir, stats, {"episodes": 3, "transitions": 14})
     loaded = load_stats(dataset_dir)
