@@ -24,8 +24,8 @@ What is written (LeRobot v3.0, ``codebase_version`` "v3.0"):
   frame n at n / fps). An episode's frames are those with ``from_timestamp <= t <
   to_timestamp`` in its episodes row.
 - ``meta/episodes/chunk-000/file-000.parquet``: per episode ``episode_index``,
-  ``tasks`` (its instruction, then its paraphrases), ``length``, ``data/chunk_index``, ``data/file_index``,
-  ``dataset_from_index``, ``dataset_to_index`` (global, end exclusive), per
+  ``tasks`` (its instruction, then its paraphrases), ``length``, ``data/chunk_index``,
+  ``data/file_index``, ``dataset_from_index``, ``dataset_to_index`` (global, end exclusive), per
   camera ``videos/<key>/{chunk_index,file_index,from_timestamp,to_timestamp}``,
   ``stats/<feature>/<stat>`` for every feature (min, max, mean, std, count, q01, q10,
   q50, q90, q99, as `shards.lerobot_stats` computes them), ``meta/episodes/{chunk_index,
