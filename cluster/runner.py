@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Protocol
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import AuthenticationError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.address import START_HINT, first_line, probe_address
+from cluster.address import START_HINT, TOKEN_HINT, first_line, probe_address
 from cluster.errors import ClusterAddressError, ClusterError, ShardWriteError
 from cluster.gpu import GPU_WAIT_ENV, apply_gpu_render_env, gpu_wait_s
 from cluster.reaper import children, release, watch_local_cluster
@@ -161,6 +161,9 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
         raise ClusterAddressError(
             f"{flag} {address}: cannot connect to a Ray cluster ({first_line(err)}); {START_HINT}"
         ) from None
+    except AuthenticationError:  # RAY_AUTH_MODE=token and no token (Ray's text: a paragraph)
+        where = f"{flag} {address}" if address else "a local Ray cluster"
+        raise ClusterAddressError(f"{where}: no Ray auth token to send; {TOKEN_HINT}") from None
     finally:
         # ray.init makes SIGTERM a bare sys.exit, which aborts the driver mid-teardown (exit 134);
         # the caller's handler (the CLI's: a clean "interrupted") stays in charge.

@@ -6,6 +6,7 @@
     factory annotate scene_specs/stack.yaml [--plot out/annotate]
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
+    factory divergence out/stack --spec scene_specs/stack.yaml [--draws 4] [--ranges r.yaml]
     factory preview out/stack          # contact sheet PNG + one mp4 per camera
     factory preview out/stack --failures   # the failed attempts kept, captioned: where they failed
     factory verify out/stack           # checksums, sample counts, episodes, stats
@@ -16,6 +17,8 @@
     factory train-eval out/lift_lowdim --spec scene_specs/lift_lowdim.yaml   # BC policy, rollouts
     factory script scene_specs/pick_place_can.yaml --out demo.hdf5 [--demos 3]   # from waypoints
     factory collect scene_specs/cube_bowl.yaml --out demo.hdf5 [--demos 5]   # teleoperation
+    factory calibrate scene_specs/lift.yaml --recordings real.hdf5 --params mass.cube kp delay \
+        --out lift.calibrated.yaml          # fitted physics: fragment (+ .html report)
 
 Bad input (a spec, a seed file, an output directory) prints one line naming
 the file, the field and what was expected, and exits with code 2.
@@ -30,6 +33,7 @@ import argparse
 import json
 import sys
 import threading
+import typing
 from pathlib import Path
 
 from factory.errors import USER_FACING_ERRORS, SpecError, UserError
@@ -166,6 +170,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="summarize a dataset")
     p.add_argument("dataset", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="draw the ADR schedule (generation.adr: range fraction and probe success per round)",
+    )
+
+    p = sub.add_parser(
+        "divergence",
+        help="score each episode's actions replayed open loop under N other physics draws",
+    )
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--spec", type=Path, required=True, help="the spec the dataset was made from")
+    p.add_argument("--draws", type=_positive_int, default=4, help="physics draws (default 4)")
+    p.add_argument(
+        "--ranges",
+        type=Path,
+        metavar="YAML",
+        help="a physics: fragment to draw from (default: the spec's physics: section)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     p = sub.add_parser(
         "seeds", help="write a spec's human seed demos as a dataset (the baseline for train-eval)"
@@ -202,6 +227,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("keyboard", "spacemouse"), default="keyboard")
 
     p = sub.add_parser(
+        "calibrate",
+        help="fit physics parameters to recorded trajectories (mujoco.sysid): a physics: fragment",
+    )
+    p.add_argument("spec", type=Path)
+    p.add_argument(
+        "--recordings",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="robosuite hdf5 files (data/demo_N/states and actions) recorded on the real system",
+    )
+    p.add_argument(
+        "--params",
+        nargs="+",
+        required=True,
+        metavar="KIND[.TARGET][=LO,HI]",
+        help="what to fit, e.g. mass.cube=0.5,2 friction.cube joint_damping.arm "
+        "joint_armature.arm kp damping_ratio delay=0,3 (scales of the nominal values; "
+        "delay in control steps; default bounds 0.5,2 and 0,3)",
+    )
+    p.add_argument("--out", type=Path, required=True, help="the fragment: a new .yaml spec file")
+    p.add_argument("--report", type=Path, help="the HTML report (default: --out with .html)")
+    p.add_argument(
+        "--max-steps", type=_positive_int, help="use at most this many steps of each recording"
+    )
+    p.add_argument(
+        "--max-iters", type=_positive_int, default=30, help="least-squares iterations at most"
+    )
+    p.add_argument("--force", action="store_true", help="overwrite --out and --report")
+    p.add_argument("--quiet", action="store_true", help="no optimiser lines on stderr")
+
+    p = sub.add_parser(
         "train-eval",
         help="train a behaviour-cloning policy on a dataset and report its rollout success",
     )
@@ -236,15 +293,21 @@ def _add_train_eval_flags(p: argparse.ArgumentParser) -> None:
                 help=f"{field.description} (default: {'on' if field.default else 'off'})",
             )
             continue
+        choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
         parse = (
-            float if kind in (float, float | None) else str if kind in (str, str | None) else int
+            float
+            if kind in (float, float | None)
+            else str
+            if kind in (str, str | None) or choices
+            else int
         )
         p.add_argument(
             flag,
             type=parse,
             default=None,
+            choices=choices,
             dest=f"cfg_{name}",
-            metavar=name.upper(),
+            metavar=name.upper() if choices is None else None,
             help=f"{field.description} (default: {field.default})",
         )
 
@@ -342,6 +405,38 @@ def cmd_collect(args) -> int:
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(json.dumps({"out": str(args.out), "demos": len(lengths), "lengths": lengths}))
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    import math
+
+    from factory.calibrate import run_calibration
+
+    report = args.report or args.out.with_suffix(".html")
+    for path, flag in ((args.out, "--out"), (report, "--report")):
+        _check_output_file(path, flag)
+        if path.exists() and not args.force:
+            raise UserError(f"{path}: {flag}: already exists; expected a new file (or --force)")
+    result = run_calibration(
+        args.spec,
+        args.recordings,
+        args.params,
+        args.out,
+        report,
+        command=f"factory calibrate {args.spec} --recordings "
+        + " ".join(map(str, args.recordings))
+        + f" --params {' '.join(args.params)} --out {args.out}",
+        max_steps=args.max_steps,
+        max_iters=args.max_iters,
+        log=None if args.quiet else sys.stderr,
+    )
+    half = {k: v if math.isfinite(v) else None for k, v in result.half_widths.items()}  # JSON
+    summary = {
+        name: {"value": value, "ci95_half_width": half[name]}
+        for name, value in result.values().items()
+    }
+    print(json.dumps({"out": str(args.out), "report": str(report), "fitted": summary}))
     return 0
 
 
@@ -481,7 +576,36 @@ def cmd_inspect(args) -> int:
     from factory.report import format_summary, summarize
 
     summary = summarize(args.dataset)
+    if args.plot is not None:  # checked before anything is printed
+        from factory.adr import plot_adr
+        from factory.output_dir import load_generation
+
+        found = load_generation(args.dataset).get("adr")
+        if found is None:
+            raise UserError(
+                f"{args.dataset}: --plot: generation.json holds no ADR schedule "
+                "(the spec's generation.adr was off); expected a dataset made with it"
+            )
+        summary["adr_plot"] = str(plot_adr(found, args.plot))
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
+    if args.plot is not None and not args.json:
+        print(f"adr plot: {summary['adr_plot']}")
+    return 0
+
+
+def cmd_divergence(args) -> int:
+    from factory.divergence_run import score_dataset, summary_text
+    from factory.spec import load_spec
+
+    summary = score_dataset(
+        args.dataset,
+        load_spec(args.spec),
+        draws=args.draws,
+        ranges=args.ranges,
+        show_progress=not args.no_progress,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    print(summary_text(summary))
     return 0
 
 
@@ -594,10 +718,12 @@ COMMANDS = {
     "export": cmd_export,
     "verify": cmd_verify,
     "inspect": cmd_inspect,
+    "divergence": cmd_divergence,
     "seeds": cmd_seeds,
     "train-eval": cmd_train_eval,
     "script": cmd_script,
     "collect": cmd_collect,
+    "calibrate": cmd_calibrate,
 }
 
 

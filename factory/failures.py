@@ -110,6 +110,7 @@ def caption(failure: Failure, spec) -> str:
 
 def render_failures(dataset_dir: Path, info: dict, out_path: Path, count: int) -> Path:
     """A sheet, one row per kept failure, FRAMES frames each, captioned with where it failed."""
+    from factory.physics import recorded_physics
     from factory.render import FrameRenderer
     from factory.sim import Scene
     from factory.spec import CameraSpec, SceneSpec
@@ -129,6 +130,8 @@ def render_failures(dataset_dir: Path, info: dict, out_path: Path, count: int) -
     rows = []
     try:
         for failure in failures:
+            # its physics draw too: a cube drawn bigger is drawn bigger
+            scene.set_physics(recorded_physics(failure.provenance))
             scene.reset(failure.provenance.get("fixtures"))
             steps = np.linspace(0, len(failure.states) - 1, FRAMES).astype(int)
             frames = []

@@ -74,6 +74,23 @@ class FastStepper:
         self._kd = np.asarray(arm.kd, dtype=np.float64)
         self._initial_joint = np.asarray(arm.initial_joint, dtype=np.float64)
 
+    # The OSC gains, as robosuite's controller names them (factory.physics scales them).
+    @property
+    def kp(self) -> np.ndarray:
+        return self._kp
+
+    @kp.setter
+    def kp(self, value: np.ndarray) -> None:
+        self._kp = value
+
+    @property
+    def kd(self) -> np.ndarray:
+        return self._kd
+
+    @kd.setter
+    def kd(self, value: np.ndarray) -> None:
+        self._kd = value
+
     def step(self, action: np.ndarray) -> None:
         """One control step: the same substeps, controls and order as robosuite's env.step."""
         model, data = self.model, self.data

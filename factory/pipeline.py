@@ -1,10 +1,14 @@
 """The pipeline: from a validated spec to a dataset directory.
 
     scene spec ──► prepare: build env, load + annotate seed demos (driver, once)
+               ──► generation.adr: probe and widen the physics ranges (driver, once;
+                     factory.adr, kept in generation.json)
                ──► plan shards: shard i = attempts [i*k, (i+1)*k),
                      seeds from (spec seed, i, attempt)
                ──► ShardWorker.run_shard per shard (in a Ray actor, or in-process in tests):
-                     generate attempts (physics only) ──► successes
+                     generate attempts (physics only; each under its physics: draw,
+                       in provenance.physics) ──► successes
+                       ──► generation.robustness: replayed under N draws, or "fragile"
                        ──► per success, K appearance variants:
                              apply look ──► render ──► restore model
                        ──► write tar (episode a*K + k = variant k of attempt a)
@@ -21,7 +25,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from factory.adapters import appearance_params, mimicgen_params
@@ -30,6 +34,7 @@ from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
 from factory.failures import KEEP_PER_SHARD, save_failures
 from factory.language import episode_language, paint_objects
+from factory.physics import PhysicsDraw, draw_physics, physics_rng
 from factory.records import AnnotatedDemo, Attempt
 from factory.render import FrameRenderer
 from factory.sim import ACTION_LAYOUT, Scene
@@ -160,6 +165,7 @@ class ShardWorker:
         )
         self.params = mimicgen_params(spec)
         self._bank_loaded = False
+        self.physics = spec.physics  # the ranges attempts draw from (ADR's, once loaded)
 
     @property
     def variants(self) -> int:
@@ -167,10 +173,66 @@ class ShardWorker:
         return self.spec.appearance.variants_per_trajectory
 
     def run_attempt(self, task: ShardTask, attempt_id: int) -> Attempt:
+        """One attempt, under the physics its seed draws (kept applied for its rendering)."""
         plan = AttemptPlan(
             attempt_id, task.index, attempt_seed(self.spec.seed, task.index, attempt_id)
         )
-        return generate_attempt(self.scene, self.demos, plan, self.params)
+        draw = self.draw_physics(plan.seed)
+        self.scene.set_physics(draw)
+        attempt = generate_attempt(self.scene, self.demos, plan, self.params)
+        if draw is not None:  # what a re-simulation needs, with placement and fixtures
+            attempt.provenance["physics"] = draw.to_json()
+        return attempt
+
+    def check_robust(self, attempt: Attempt) -> Attempt:
+        """generation.robustness: a success replayed open loop under N other physics draws
+        (score in provenance.divergence); below the share it fails as "fragile"."""
+        robust = self.spec.generation.robustness
+        if robust is None or not attempt.success:
+            return attempt
+        from factory.divergence import divergence_draws, score_episode
+
+        draws = divergence_draws(
+            self.physics, attempt.seed, robust.draws, self.scene.physics.gravity
+        )
+        score = score_episode(
+            self.scene,
+            self.demos[0],
+            attempt.provenance,
+            attempt.actions,
+            attempt.states,
+            draws,
+            self.spec.generation.success_hold_steps,
+        )
+        attempt.provenance["divergence"] = score
+        if score["success_share"] >= robust.min_success_share:
+            return attempt
+        reason = (
+            f"fragile: succeeded under {sum(score['successes'])} of {robust.draws} physics "
+            f"draws, generation.robustness.min_success_share is {robust.min_success_share}"
+        )
+        return replace(attempt, success=False, reason=reason)
+
+    def draw_physics(self, seed: int) -> PhysicsDraw | None:
+        """The physics of the attempt seeded `seed` (None: the spec has no physics: section)."""
+        if self.physics is None:
+            return None
+        return draw_physics(self.physics, physics_rng(seed), self.scene.physics.gravity)
+
+    def load_adr(self, dataset_dir: Path) -> None:
+        """Take the physics ranges ADR settled on for the dataset (when the spec runs ADR)."""
+        adr = self.spec.generation.adr
+        if adr is None or not adr.enabled or self.spec.physics is None:
+            return
+        from factory.adr import adr_physics
+
+        found = adr_physics(dataset_dir)
+        if found is None:
+            raise UserError(
+                f"{dataset_dir}: generation.adr is on but generation.json holds no ADR result; "
+                "run ADR (factory.adr.ensure_adr) before running shards"
+            )
+        self.physics = found
 
     def draw_variant(self, attempt: Attempt, variant: int) -> AppearanceDraw:
         """The look of variant `variant` of `attempt`: the model as it is for variant 0 when
@@ -248,6 +310,7 @@ class ShardWorker:
         """
         start = time.perf_counter()
         self.load_bank(out_dir)
+        self.load_adr(out_dir)
         episodes, failures, steps, successes, failed = [], Counter(), 0, 0, []
         subtasks = {
             str(i): {"reached": 0, "failed": 0, "retries": 0}
@@ -257,6 +320,7 @@ class ShardWorker:
             attempt = self.run_attempt(task, attempt_id)
             steps += attempt.length
             _count_subtasks(subtasks, attempt)
+            attempt = self.check_robust(attempt)
             if attempt.success:
                 successes += 1
                 episodes.extend(self.make_episode(attempt, k) for k in range(self.variants))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from factory.divergence_report import format_divergence, summarize_divergence
 from factory.errors import UserError
 from factory.output_dir import GENERATION_FILENAME, load_generation
-from shards import load_dataset_info, load_manifest
+from shards import load_dataset_info, load_episodes, load_manifest
 
 
 def summarize(dataset_dir: Path) -> dict:
@@ -59,6 +60,8 @@ def summarize(dataset_dir: Path) -> dict:
         "bytes": manifest.total_bytes,
         "cameras": [f"{c['name']} {c['width']}x{c['height']}" for c in info["cameras"]],
         "wall_s": generation.get("wall_s", 0.0),
+        # `factory divergence` scores (or generation.robustness's), when episodes carry them
+        "divergence": summarize_divergence(load_episodes(dataset_dir)),
     }
 
 
@@ -117,6 +120,7 @@ def format_summary(summary: dict) -> str:
                 f"failed {row['failed']:>5}  retries {row['retries']:>5}",
             )
         )
+    rows.extend(format_divergence(summary.get("divergence", {})))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

@@ -410,6 +410,15 @@ def _run_locked(
     if bank is not None:  # once per dataset, before any worker needs it; reused when complete
         params = texture_bank_params(bank)
         ensure_texture_bank(params, out_dir, spec_path=spec.path, progress=show_progress)
+    # generation.adr: the physics ranges, widened by probes here, once per dataset (kept in
+    # generation.json, which the recorder below carries on)
+    from factory.adr import ensure_adr
+
+    ensure_adr(
+        resolved,
+        out_dir,
+        (lambda line: print(line, file=sys.stderr)) if show_progress else (lambda line: None),
+    )
     recorder = DatasetRecorder(out_dir, done)
     if dropped:  # --truncate: unlisted first, then removed
         recorder.discard(dropped)

@@ -3,9 +3,10 @@
 `Scene` is the only place that touches robosuite internals. Generation runs it
 with cameras off; rendering restores recorded states into the same model.
 
-Length (~580 lines): `Scene` implements `generators.scene_api.Scene` plus the predicates'
+Length (~630 lines): `Scene` implements `generators.scene_api.Scene` plus the predicates'
 geometry (grasp, contact, cavity, joints) over the same cached model indices; splitting the
-class would split those caches across modules.
+class would split those caches across modules. The physics draw's mechanics are in
+`factory.physics`; only its hooks (reset, step, snapshot) are here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import mujoco
 import numpy as np
 
 from factory.errors import SpecError
+from factory.physics import PhysicsDraw, PhysicsTargets, ScenePhysics
 from factory.spec import SceneSpec, TaskSpec
 from generators.poses import make_pose, mat_to_quat
 from generators.predicates import Predicate, parse_predicate
@@ -82,6 +84,7 @@ class Snapshot:
     warmstart: np.ndarray  # [nv] constraint solver warm start
     ctrl: np.ndarray  # [nu] actuator controls
     gripper_action: np.ndarray  # robosuite's speed-limited gripper command
+    pending: tuple[np.ndarray, ...] = ()  # actions a physics draw's delay still holds back
 
 
 def _turn_quat(quat: np.ndarray, yaw: float) -> np.ndarray:
@@ -142,7 +145,49 @@ class Scene:
             if b not in named
         ]
         self.default_fixtures = self.fixture_poses()
+        # Placing a static object moves its top-level body in the model, which robosuite's reset
+        # keeps (one MjModel for the env's lifetime): without putting it back at every reset,
+        # each attempt's offset would add to the last one's.
+        self._static_roots = {
+            r: (self.model.body_pos[r].copy(), self.model.body_quat[r].copy())
+            for r in sorted({self._root(b) for b in named if not self._is_free(b)})
+            if r not in self._fixture_roots
+        }
         self._fast = _fast_stepper(self.env) if spec.task.fast_control else None
+        self.physics = self._make_physics()
+
+    def _make_physics(self) -> ScenePhysics:
+        """The physics a draw changes; a spec's `physics:` targets are checked here (SpecError)."""
+        fingers = self._gripper.important_geoms["left_finger"]
+        fingers = [*fingers, *self._gripper.important_geoms["right_finger"]]
+        targets = PhysicsTargets(
+            model=self.model,
+            objects=self.bodies,
+            gripper_geoms=tuple(
+                mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, g) for g in fingers
+            ),
+            arm_dofs=tuple(int(d) for d in self._arm.qvel_index),
+            where=str(self.spec.path),
+        )
+        if self.spec.physics is not None:
+            targets.check(self.spec.physics)
+        return ScenePhysics(targets, self._gain_holders)
+
+    def _gain_holders(self) -> list:
+        # robosuite builds a new arm controller at every env reset: the one in use now.
+        robot = self.env.robots[0]
+        holders = [robot.part_controllers[robot.arms[0]]]
+        return holders if self._fast is None else [*holders, self._fast]
+
+    def set_physics(self, draw: PhysicsDraw | None) -> None:
+        """The physics of the episodes from now on (`factory.physics`), None for nominal: applied
+        now, and again after every reset, which first restores the nominal model exactly."""
+        if draw is None and self.physics.draw is None:
+            return  # nominal already: nothing to undo
+        self.physics.draw = draw
+        self.physics.apply()
+        self._cavities = {}
+        mujoco.mj_forward(self.model, self.data)
 
     # --- model lookups ---------------------------------------------------------------
     def _body_id(self, name: str, body: str) -> int:
@@ -199,7 +244,12 @@ class Scene:
         is part of the model, not of the MuJoCo state: left alone, a restored demo state would put
         the robot's hand where the door was when the demo was recorded, not where it is now.
         """
+        self.physics.restore()  # robosuite resets from the nominal model
         self.env.reset()
+        for root, (pos, quat) in self._static_roots.items():
+            self.model.body_pos[root], self.model.body_quat[root] = pos, quat
+        self.physics.apply()
+        self._cavities = {}
         self.set_fixture_poses(self.default_fixtures if fixtures is None else fixtures)
         self.gripper_closed = None
 
@@ -358,6 +408,7 @@ class Scene:
             warmstart=self.data.qacc_warmstart.copy(),
             ctrl=self.data.ctrl.copy(),
             gripper_action=np.array(self._gripper.current_action, copy=True),
+            pending=self.physics.queue(),
         )
 
     def restore(self, snap: Snapshot) -> None:
@@ -366,6 +417,7 @@ class Scene:
         self.data.qacc_warmstart[:] = snap.warmstart
         self.data.ctrl[:] = snap.ctrl
         self._gripper.current_action = snap.gripper_action.copy()
+        self.physics.set_queue(snap.pending)
 
     def mark_start(self) -> None:
         """Take the current object heights and joint positions as the start (`lifted`, `opened`)."""
@@ -409,11 +461,13 @@ class Scene:
 
     # --- stepping ---------------------------------------------------------------------
     def step(self, action: np.ndarray) -> None:
-        """One control step of the arm and gripper (physics only: no observations)."""
+        """One control step of the arm and gripper (physics only: no observations); under a
+        physics draw with a delay, the action given `delay` steps ago acts."""
+        acting = self.physics.delayed(action)
         if self._fast is not None:
-            self._fast.step(action)
+            self._fast.step(acting)
         else:
-            self.env.step(action)
+            self.env.step(acting)
         self.gripper_closed = bool(action[-1] > 0)
 
     @property

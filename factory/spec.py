@@ -46,15 +46,18 @@ from factory.errors import SpecError
 from factory.predicates import parse_predicate
 from factory.scene_spec import SceneSection, fill_from_scene, scene_problem
 from factory.spec_sections import (  # noqa: F401 (re-exported: factory.spec is the public name)
+    AdrSpec,
     AppearanceSpec,
     CameraJitter,
     CameraSpec,
     GenerationSpec,
     LightRandomization,
     OutputSpec,
+    PhysicsSpec,
     PlacementRange,
     PlacementSpec,
     RenderSpec,
+    RobustnessSpec,
     ScriptSpec,
     SubtaskSpec,
     TaskSpec,
@@ -123,6 +126,12 @@ class SceneSpec(_Strict):
     # A scene described here (factory/scene_spec.py) instead of a robosuite env named by task.env;
     # it fills task.env, objects and placement when the spec leaves them out.
     scene: SceneSection | None = Field(None, description="A scene built from robosuite's classes.")
+    physics: PhysicsSpec | None = Field(
+        None,
+        description="Physics drawn per attempt (friction, mass, size, joints, OSC gains, delay, "
+        "gravity): scales of nominal values in [lo, hi], a number x meaning [x, x]; null: "
+        "nominal physics.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -237,6 +246,24 @@ class SceneSpec(_Strict):
         return instructions
 
     @model_validator(mode="after")
+    def _adr_needs_physics(self) -> SceneSpec:
+        adr = self.generation.adr
+        if adr is not None and adr.enabled and self.physics is None:
+            raise _FieldError(
+                "generation.adr",
+                "widens the physics: section's ranges, and the spec has none; expected a "
+                "physics: section (e.g. physics: {mass: {cube: [0.8, 2.0]}}) or adr: null",
+            )
+        if self.generation.robustness is not None and self.physics is None:
+            raise _FieldError(
+                "generation.robustness",
+                "replays successes under draws from the physics: section's ranges, and the spec "
+                "has none; expected a physics: section (e.g. physics: {mass: {cube: [0.8, 2.0]}}) "
+                "or robustness: null",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _can_succeed(self) -> SceneSpec:
         # Specs whose every attempt must fail: refused here rather than run to an empty dataset.
         hold, horizon = self.generation.success_hold_steps, self.task.horizon
@@ -281,6 +308,9 @@ class SceneSpec(_Strict):
             },
         )
         data = {key: value for key, value in data.items() if value is not None}
+        for later in ("adr", "robustness"):  # added later: older datasets stay resumable
+            if data["generation"].get(later) is None:
+                data["generation"].pop(later, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

@@ -8,9 +8,17 @@ README's spec tables are generated from them (`factory spec-help --write`). The 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from factory.predicates import parse_predicate
 
@@ -120,6 +128,50 @@ class PlacementSpec(_Strict):
     )
 
 
+class AdrSpec(_Strict):
+    """Automatic domain randomization: before generating, probe batches of attempts find how
+    far the `physics:` ranges can widen from nominal while generation still succeeds."""
+
+    enabled: bool = Field(True, description="Whether to run it (false: the ranges as written).")
+    probe_attempts: int = Field(
+        10, ge=1, le=1000, description="Attempts per probe batch (one success rate per round)."
+    )
+    threshold: float = Field(
+        0.8,
+        ge=0.0,
+        le=1.0,
+        description="Success rate a probe must reach for the ranges to widen; below, they narrow.",
+    )
+    step: float = Field(
+        0.1,
+        gt=0.0,
+        le=1.0,
+        description="Width change per round, as a fraction of each range's way from nominal "
+        "(scale 1, no delay, no tilt) to the range as written.",
+    )
+    start: float = Field(
+        0.1, ge=0.0, le=1.0, description="Fraction of the written ranges the first probe uses."
+    )
+    rounds: int = Field(
+        10, ge=1, le=1000, description="Probe rounds at most (fewer once the full ranges pass)."
+    )
+
+
+class RobustnessSpec(_Strict):
+    """Robust episodes: a successful attempt's actions are replayed open loop under `draws`
+    other draws from the `physics:` ranges (factory/divergence.py); it is kept only when the
+    task still succeeds in at least `min_success_share` of them, else it fails as "fragile"."""
+
+    draws: int = Field(4, ge=1, le=100, description="Physics draws each success is replayed under.")
+    min_success_share: float = Field(
+        0.75,
+        ge=0.0,
+        le=1.0,
+        description="Share of the draws in which the task must still succeed (0: keep every "
+        "success, but record its score in provenance.divergence).",
+    )
+
+
 class GenerationSpec(_Strict):
     """MimicGen's knobs: how attempts are made from the seed demos, and when they count."""
 
@@ -201,6 +253,17 @@ class GenerationSpec(_Strict):
         gt=0.0,
         le=0.2,
         description="Metres per control step on the way, for transit: over.",
+    )
+    adr: AdrSpec | None = Field(
+        None,
+        description="Automatic domain randomization of the physics: ranges start narrow and "
+        "widen while probes succeed (factory/adr.py); null: the physics ranges as written.",
+    )
+    robustness: RobustnessSpec | None = Field(
+        None,
+        description="Keep only successes whose actions still succeed, replayed open loop, under "
+        "most of N other physics draws (score in provenance.divergence; the rest fail as "
+        '"fragile"); needs a physics: section. null: no replays.',
     )
 
 
@@ -435,4 +498,107 @@ class OutputSpec(_Strict):
 
     dir: str | None = Field(
         None, description="Output folder, relative to the working directory; null: out/<name>."
+    )
+
+
+# --- physics: (factory.physics draws and applies it) ---------------------------------------------
+def _as_range(value):
+    """A plain number x is the fixed range [x, x]."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (value, value)
+    return value
+
+
+def _scale_range(value: tuple[float, float]) -> tuple[float, float]:
+    lo, hi = value
+    if lo > hi:
+        raise ValueError(f"expected [lo, hi] with lo <= hi, got [{lo}, {hi}]")
+    if lo <= 0:
+        raise ValueError(f"expected scales > 0 (1: nominal), e.g. [0.8, 1.2], got [{lo}, {hi}]")
+    return value
+
+
+def _damping_range(value: tuple[float, float]) -> tuple[float, float]:
+    lo, hi = value
+    if lo > hi:
+        raise ValueError(f"expected [lo, hi] with lo <= hi, got [{lo}, {hi}]")
+    if lo < 0:
+        raise ValueError(f"expected scales >= 0 (1: nominal), e.g. [0.8, 1.2], got [{lo}, {hi}]")
+    return value
+
+
+def _delay_range(value: tuple[int, int]) -> tuple[int, int]:
+    lo, hi = value
+    if lo < 0 or lo > hi:
+        raise ValueError(
+            f"expected whole control steps [lo, hi] with 0 <= lo <= hi, got {list(value)}"
+        )
+    return value
+
+
+_RANGE_INPUT = float | tuple[float, float]
+ScaleRange = Annotated[
+    tuple[float, float],
+    BeforeValidator(_as_range, json_schema_input_type=_RANGE_INPUT),
+    AfterValidator(_scale_range),
+]
+DampingRange = Annotated[
+    tuple[float, float],
+    BeforeValidator(_as_range, json_schema_input_type=_RANGE_INPUT),
+    AfterValidator(_damping_range),
+]
+DelayRange = Annotated[
+    tuple[int, int],
+    BeforeValidator(_as_range, json_schema_input_type=int | tuple[int, int]),
+    AfterValidator(_delay_range),
+]
+
+
+class PhysicsSpec(_Strict):
+    """Physics drawn per attempt (from its seed), recorded in provenance.physics, undone at reset.
+
+    Scales multiply the model's nominal value; a range is [lo, hi], a plain number x is [x, x].
+    """
+
+    friction: dict[str, ScaleRange] = Field(
+        {},
+        description="Target -> sliding friction scale. A target is a spec object, a MuJoCo body "
+        '(every geom of its subtree) or "gripper" (the finger geoms), e.g. {cube: [0.5, 1.5]}.',
+    )
+    mass: dict[str, ScaleRange] = Field(
+        {},
+        description="Spec object or MuJoCo body -> mass scale of its subtree's bodies (inertia "
+        "scaled alike), e.g. {cube: [0.8, 2.0]}.",
+    )
+    size: dict[str, ScaleRange] = Field(
+        {},
+        description="Spec object or MuJoCo body -> size scale of its subtree's geoms (boxes, "
+        "spheres, capsules, cylinders, ellipsoids; not meshes), positions within it and inertia "
+        "alike (mass kept), e.g. {cube: [0.95, 1.05]}.",
+    )
+    joint_damping: dict[str, DampingRange] = Field(
+        {},
+        description='"arm" (every arm joint of the robot) or a MuJoCo joint -> joint damping '
+        "scale (>= 0).",
+    )
+    joint_armature: dict[str, ScaleRange] = Field(
+        {}, description='"arm" or a MuJoCo joint -> joint armature (rotor inertia) scale.'
+    )
+    kp: ScaleRange | None = Field(
+        None, description="OSC_POSE stiffness scale (position and orientation); null: nominal."
+    )
+    damping_ratio: ScaleRange | None = Field(
+        None, description="OSC_POSE damping ratio scale; null: nominal."
+    )
+    delay: DelayRange | None = Field(
+        None,
+        description="[lo, hi] whole control steps an action waits before it acts (absolute, "
+        "not a scale); null: none.",
+    )
+    gravity_tilt: float = Field(
+        0.0,
+        ge=0.0,
+        le=0.5,
+        description="Radians: gravity tilts by an angle drawn in [0, this] about a random "
+        "horizontal axis (absolute); 0: straight down.",
     )

@@ -26,6 +26,7 @@ is in `factory.policy` and the flags in `factory.train_eval_config` already.
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from PIL import Image
 
 from factory.adapters import placement_params
 from factory.errors import UserError
+from factory.eval_physics import EvalPhysics, describe, load_eval_physics, rollout_physics
 from factory.policy import (
     ChunkPolicy,
     ObsLayout,
@@ -57,6 +59,8 @@ from factory.train_eval_config import TrainEvalConfig
 from generators.mimicgen import sample_placement
 from shards import check_shards, load_episodes, load_manifest
 from shards.loader import make_loader
+from shards.metadata import load_dataset_info
+from shards.sensor_noise import resolve_sensor_noise
 
 # Spawn key of evaluation seeds: disjoint from generation's SeedSequence([seed, shard, attempt]).
 EVAL_NAMESPACE = 0xE7A1
@@ -124,17 +128,29 @@ def check_dataset(dataset: Path, scene: Scene) -> dict:
 
 
 def load_training_data(
-    dataset: Path, layout: ObsLayout, horizon: int, camera: str | None = None, batch: int = 2048
+    dataset: Path,
+    layout: ObsLayout,
+    horizon: int,
+    camera: str | None = None,
+    batch: int = 2048,
+    sensor_noise: str | None = None,
 ) -> TrainingData:
     """One pass of the streaming loader over `dataset`: observations, raw action chunks, masks
-    (and frames)."""
+    (and frames); `sensor_noise`: TrainEvalConfig.sensor_noise's JSON, applied by the loader."""
     cameras = [camera] if camera is not None else []
+    try:
+        noise = resolve_sensor_noise(
+            None if sensor_noise is None else json.loads(sensor_noise), load_dataset_info(dataset)
+        )
+    except ValueError as err:
+        raise UserError(f"--sensor-noise: {err} ({dataset})") from None
     stream = make_loader(
         dataset,
         cameras=cameras,
         action_horizon=horizon,
         normalization="none",
         extra_keys=["sim_state"],
+        sensor_noise=noise,
     )
     loader = torch.utils.data.DataLoader(stream, batch_size=batch, num_workers=0)
     obs, chunks, masks, episode, images = [], [], [], [], []
@@ -340,23 +356,22 @@ def evaluate(
     config: TrainEvalConfig,
     on_rollout: Callable[[dict], None] | None = None,
     camera_view: Callable[[], np.ndarray] | None = None,
+    physics: EvalPhysics | None = None,
 ) -> list[dict]:
-    """`config.rollouts` rollouts with seeds eval_seed(spec.seed, 0..n-1), in order."""
+    """`config.rollouts` rollouts with seeds eval_seed(spec.seed, 0..n-1), in order; under
+    `physics` (--eval-physics), each rollout's draw is in its result's "physics"."""
     start = start_state(resolved)
     results = []
-    for i in range(config.rollouts):
-        result = run_rollout(
-            resolved.scene,
-            policy,
-            layout,
-            start,
-            eval_seed(resolved.spec.seed, i),
-            config,
-            camera_view,
-        )
-        results.append(result)
-        if on_rollout is not None:
-            on_rollout(result)
+    with rollout_physics(resolved.scene, physics) as set_for:
+        for i in range(config.rollouts):
+            seed = eval_seed(resolved.spec.seed, i)
+            draw = set_for(seed)  # before run_rollout's reset, which applies it
+            result = run_rollout(resolved.scene, policy, layout, start, seed, config, camera_view)
+            if draw is not None:
+                result["physics"] = draw
+            results.append(result)
+            if on_rollout is not None:
+                on_rollout(result)
     return results
 
 
@@ -403,12 +418,23 @@ def train_eval(
     torch.set_num_threads(config.threads)
     scene = resolved.scene
     info = check_dataset(dataset, scene)
+    physics = None if config.eval_physics is None else load_eval_physics(config.eval_physics, scene)
+    if config.policy == "vla" and physics is not None:
+        raise UserError("--eval-physics: only with --policy mlp")
+    if config.policy == "vla":
+        from factory.vla_train import train_eval_vla  # transformers: only when asked for
+
+        return train_eval_vla(dataset, resolved, config, info, log, save)
+    if config.extra_camera is not None or config.shuffle_instructions:
+        raise UserError("--extra-camera, --shuffle-instructions: only with --policy vla")
     camera = dataset_camera(info, config.camera, dataset) if config.camera is not None else None
     layout = make_obs_layout(
         scene.model, scene.bodies, 1.0 / scene.spec.task.horizon if config.time_feature else None
     )
     t0 = time.perf_counter()
-    data = load_training_data(dataset, layout, config.horizon, config.camera)
+    data = load_training_data(
+        dataset, layout, config.horizon, config.camera, sensor_noise=config.sensor_noise
+    )
     total_steps = data.steps
     if config.drop_idle:
         data = data.select(~idle_steps(data, config.idle_window, config.idle_distance))
@@ -437,12 +463,14 @@ def train_eval(
             if renderer is None
             else partial(camera_view, renderer, camera.name, scene.spec.render.jpeg_quality)
         )
+        log(f"rollouts under {describe(physics)}")
         rollouts = evaluate(
             resolved,
             policy,
             layout,
             config,
             camera_view=view,
+            physics=physics,
             on_rollout=lambda r: log(
                 f"rollout seed {r['seed']}: {'success' if r['success'] else 'failure'} "
                 f"in {r['steps']} steps"
@@ -458,6 +486,7 @@ def train_eval(
     report.update(
         steps=total_steps, steps_trained_on=data.steps, idle_steps_dropped=total_steps - data.steps
     )
+    report["eval_physics"] = None if physics is None else physics.to_json()
     return report
 
 

@@ -6,7 +6,10 @@ stays cheap: `factory --help` and every other command must not pay torch's impor
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 
 class TrainEvalConfig(BaseModel):
@@ -67,3 +70,49 @@ class TrainEvalConfig(BaseModel):
         "memoryless policy cannot tell a pause from the moment after it (Stack: hold, then "
         "release)",
     )
+    policy: Literal["mlp", "vla"] = Field(
+        "mlp",
+        description="mlp: proprio + object poses from the MuJoCo state (+ --camera); vla: "
+        "--camera frames + the instruction + proprio, no object pose (factory.vla)",
+    )
+    extra_camera: str | None = Field(
+        None, description="vla: a second camera of the dataset (e.g. robot0_eye_in_hand)"
+    )
+    shuffle_instructions: bool = Field(
+        False,
+        description="vla: train on instructions permuted across episodes (seeded): the control "
+        "that shows what the words are worth",
+    )
+    sensor_noise: str | None = Field(
+        None,
+        description="sensor and timing randomization applied by the loader, as JSON "
+        '(shards.sensor_noise), e.g. \'{"state_std": 0.001, "state_bias_std": 0.002, '
+        '"frame_drop": 0.05, "latency": 1, "seed": 0}\': state noise per step and bias per '
+        "episode in raw state units (a number, or a list with one per dimension), camera "
+        "frame-drop probability, observation latency in steps (unset: none)",
+    )
+    eval_physics: str | None = Field(
+        None,
+        description="roll out under other physics: a YAML file holding a physics: mapping of the "
+        "spec section's schema (scene_specs/physics/shifted.yaml: cube friction x0.5, mass x2, "
+        "kp x0.6, 2 steps of delay), or the same inline, e.g. '{physics: {kp: 0.6}}'; ranges "
+        "are drawn per rollout from its evaluation seed (factory.eval_physics); unset: nominal",
+    )
+
+    @field_validator("sensor_noise", mode="before")
+    @classmethod
+    def _canonical_noise(cls, value: object) -> str | None:
+        # Every setting spelled out, so the report records the defaults that applied too.
+        from shards.sensor_noise import SensorNoise  # numpy only: the parser stays cheap
+
+        if value is None:
+            return None
+        try:
+            entry = json.loads(value) if isinstance(value, str) else value
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not JSON ({err.msg}); e.g. '{{\"state_std\": 0.001}}'") from None
+        return json.dumps(SensorNoise.from_json(entry).to_json())
+
+    @field_serializer("sensor_noise")
+    def _noise_as_object(self, value: str | None) -> dict | None:
+        return None if value is None else json.loads(value)

@@ -336,6 +336,8 @@ class _Rollout:
             )
             if noise > 0:
                 action = add_action_noise(action[None], noise, self.rng)[0]
+            # Executed as recorded (float32): replaying a dataset's actions re-simulates it exactly.
+            action = action.astype(np.float32)
             rec.states.append(scene.get_state())
             rec.proprio.append(scene.proprio())
             rec.actions.append(action)

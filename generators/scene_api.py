@@ -29,7 +29,13 @@ class Placement:
     offsets: Mapping[str, tuple[float, float, float]]
 
     def to_json(self) -> dict:
-        return {k: [round(float(x), 6) for x in v] for k, v in self.offsets.items()}
+        # Unrounded: JSON keeps every bit of a float, and a re-simulation needs every bit.
+        return {k: [float(x) for x in v] for k, v in self.offsets.items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Sequence[float]]) -> Placement:
+        """The placement `to_json` wrote."""
+        return cls({k: (float(v[0]), float(v[1]), float(v[2])) for k, v in data.items()})
 
 
 class Scene(Protocol):

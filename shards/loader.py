@@ -9,7 +9,9 @@
       -> RawEpisode(task, ordinal, samples): one whole episode, checked     group_episodes
       -> RawEpisode: only this split's part of each shard                   select_episodes
       -> EpisodeArrays: actions [T, A], states [T, S] normalized, JPEGs     decode_episodes
-         (+ extra keys, e.g. sim_state [T, N], as stored)
+         (+ extra keys, e.g. sim_state [T, N], as stored); with sensor_noise,
+         raw states noised and observations dropped/delayed before
+         normalization                                     shards.sensor_noise.perturb_episode
       -> StepSample: action_chunk [H, A], action_mask [H], one per step     episode_steps
       -> StepSample, shuffled in a buffer                                   shuffle
       -> StepSample, this worker's share of epoch_length (resampled only)   take
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,7 @@ from shards.format import (
 from shards.manifest import check_shard, load_manifest
 from shards.metadata import load_dataset_info
 from shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
+from shards.sensor_noise import SensorNoise, perturb_episode, resolve_sensor_noise
 from shards.stages import (  # noqa: F401 (some re-exported: the records and stages callers know from here)
     _ACTION_MEMBER,
     _META_MEMBER,
@@ -135,6 +138,7 @@ class LoaderConfig:
     ] = ()  # other per-step .npy members to yield as stored, e.g. ("sim_state",)
     depth: tuple[str, ...] = ()  # cameras whose depth to yield: float32 [1, H, W] metres
     segmentation: tuple[str, ...] = ()  # cameras whose segmentation labels to yield: int64 [H, W]
+    sensor_noise: SensorNoise | None = None  # observation noise, frame drops, latency; None: off
 
     def __post_init__(self) -> None:
         if self.action_horizon < 1:
@@ -163,6 +167,19 @@ class LoaderConfig:
                 f"extra_keys {clashes} clash with the loader's own keys; expected member names "
                 f"such as {SIM_STATE_KEY!r}"
             )
+        if self.sensor_noise is not None and not isinstance(self.sensor_noise, SensorNoise):
+            raise TypeError(
+                "sensor_noise must be a SensorNoise or None, got "
+                f"{type(self.sensor_noise).__name__}"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        """Every setting, JSON-ready: what a training report records about its data."""
+        return {
+            f.name: value.to_json() if isinstance(value, SensorNoise) else value
+            for f in fields(self)
+            for value in [getattr(self, f.name)]
+        }
 
 
 # ---------------------------------------------------------------- the dataset
@@ -182,9 +199,9 @@ class ShardDataset(torch.utils.data.IterableDataset):
         step:         int, t
         <key>:        for each of `extra_keys` (e.g. "sim_state": [N] float64), this step's
                       array as stored
-    Call `set_epoch(epoch)` before each epoch to change the shard order and
-    shuffling (with persistent DataLoader workers the workers keep the epoch
-    they started with).
+    Call `set_epoch(epoch)` before each epoch to change the shard order, the
+    shuffling and the sensor noise (with persistent DataLoader workers the workers
+    keep the epoch they started with). `config.to_json()` reports every setting.
     """
 
     def __init__(
@@ -245,6 +262,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 normalizer=self.normalizer,
                 extra_keys=cfg.extra_keys,
                 pngs=pngs,
+                perturb=self._perturb(),
             ),  # -> EpisodeArrays
             partial(episode_steps, horizon=cfg.action_horizon),  # -> StepSample
             partial(shuffle, bufsize=cfg.shuffle_buffer, rng=self._rng(split, 1)),  # -> StepSample
@@ -256,6 +274,12 @@ class ShardDataset(torch.utils.data.IterableDataset):
         for stage in stages:
             stream = stage(stream)
         return iter(stream)
+
+    def _perturb(self) -> Callable[[EpisodeArrays], EpisodeArrays] | None:
+        noise = self.config.sensor_noise
+        if noise is None or not noise.active:  # off: the stage is skipped, samples unchanged
+            return None
+        return partial(perturb_episode, noise=noise, epoch=self.epoch)
 
     def _check_shard(self, url: str) -> None:
         info = self.shard_infos.get(url)
@@ -291,6 +315,7 @@ def make_loader(
     extra_keys: Sequence[str] = (),
     depth: Sequence[str] = (),
     segmentation: Sequence[str] = (),
+    sensor_noise: SensorNoise | Mapping[str, Any] | None = None,
 ) -> ShardDataset:
     """A `ShardDataset` over `source`; wrap it in `torch.utils.data.DataLoader`.
 
@@ -312,6 +337,9 @@ def make_loader(
                     (0 = no reading); dataset_info.json must list depth for them
     segmentation:   cameras whose labels to yield, item["segmentation"][camera]: int64 [H, W]
                     (labels as stored, see shards.format)
+    sensor_noise:   a `SensorNoise` (or its JSON dict): state noise and per-episode bias in raw
+                    units (added before normalization), camera frame drops, observation latency;
+                    seeded per (seed, epoch, episode), see `shards.sensor_noise`
     """
     urls, root, counts = resolve_shards(source)
     info = load_dataset_info(root) if root is not None else None
@@ -327,6 +355,7 @@ def make_loader(
         extra_keys=tuple(extra_keys) if not isinstance(extra_keys, str) else extra_keys,
         depth=_resolve_kind(depth, info, "depth"),
         segmentation=_resolve_kind(segmentation, info, "segmentation"),
+        sensor_noise=resolve_sensor_noise(sensor_noise, info),
     )
     loaded = None if normalization == "none" else _load_stats(stats, root)
     infos = {}

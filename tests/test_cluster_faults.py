@@ -119,12 +119,17 @@ def listed(out: Path) -> dict[str, str]:
 def assert_same_dataset(out: Path, reference: Path) -> None:
     from shards import shards_dir, verify_shard
     from shards.manifest import load_manifest
+    from shards.stats import sidecar_path
 
     assert listed(out) == listed(reference)
     assert all(verify_shard(out, info) for info in load_manifest(out).shards)
     assert (out / "episodes.jsonl").read_bytes() == (reference / "episodes.jsonl").read_bytes()
+    # merged from per-shard statistics in whatever order the shards finished: same bytes
+    assert (out / "stats.json").read_bytes() == (reference / "stats.json").read_bytes()
+    shards = load_manifest(out).shards
+    sidecars = [sidecar_path(Path(info.name)).name for info in shards if info.samples > 0]
     assert sorted(p.name for p in shards_dir(out).iterdir()) == sorted(
-        listed(reference)
+        [*listed(reference), *sidecars]
     )  # no temporaries
 
 

@@ -41,6 +41,7 @@ from shards.loader import (
     load_npy,
     make_loader,
 )
+from shards.stages import _jpeg_components
 from shards.tario import iter_tar
 
 HEIGHT, WIDTH = 12, 20  # not square, so a transposed image would show
@@ -621,3 +622,30 @@ def test_jpegs_of_any_mode_decode_to_rgb(mode) -> None:
     assert image.shape == (3, HEIGHT, WIDTH) and image.is_contiguous()
     np.testing.assert_array_equal(image.numpy(), reference)
     image[0, 0, 0] = 0  # a writable copy, not a view of PIL's bytes
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"quality": 90},  # the factory's frames: PIL's defaults, 4:2:0 chroma
+        {"quality": 75, "subsampling": 0},  # 4:4:4
+        {"quality": 95, "subsampling": 1},  # 4:2:2
+        {"quality": 90, "progressive": True},
+        {"quality": 90, "optimize": True, "size": (37, 23)},  # odd sizes: edge upsampling
+    ],
+)
+def test_the_fast_jpeg_path_gives_pils_pixels(options) -> None:
+    # Colour frames decode through OpenCV; the pixels must be PIL's, bit for bit.
+    options = dict(options)
+    width, height = options.pop("size", (84, 84))
+    y, x = np.mgrid[0:height, 0:width]
+    noise = np.random.default_rng(2).integers(0, 60, size=(height, width, 3))
+    pixels = np.clip(np.stack([3 * x, 4 * y, 2 * (x + y)], -1) + noise, 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", **options)
+    data = buffer.getvalue()
+    assert data.endswith(b"\xff\xd9") and _jpeg_components(data) == 3  # takes the fast path
+    reference = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).transpose(2, 0, 1)
+    np.testing.assert_array_equal(_decode_jpeg(data, "uint8").numpy(), reference)
+    with pytest.raises(OSError, match="truncated"):  # cut short: refused, not decoded in part
+        _decode_jpeg(data[: len(data) // 2], "uint8")

@@ -179,6 +179,15 @@ def test_a_user_mesh_builds_with_its_mass_and_hull():
     assert not scene._is_free(scene.bodies["coaster"])  # a fixture
     scene.reset_to(None, scene_placement())
     assert abs(scene.object_pose("mug")[2, 3] - (0.8 + 0.04)) < 0.005  # resting on the table
+    # a placed fixture moves by its offset from its own pose, not from the last attempt's
+    from factory.sim import Placement
+
+    nominal = scene.object_pose("coaster")[:3, 3].copy()
+    for _ in range(2):
+        scene.reset_to(None, Placement({"coaster": (0.03, -0.02, 0.0)}))
+        np.testing.assert_allclose(
+            scene.object_pose("coaster")[:3, 3], nominal + [0.03, -0.02, 0.0], atol=1e-9
+        )
 
 
 def scene_placement():

@@ -225,6 +225,8 @@ def test_shipped_scripted_seeds_end_in_success(path):
         for demo, poses in zip(demos, fixtures, strict=True):
             assert demo.env_name == spec.task.env and demo.states.shape[1] == scene.state_size
             scene.reset(poses)
+            scene.set_state(demo.states[0])
+            scene.mark_start()  # `lifted` (lift_colour's success) counts from the demo's start
             scene.set_state(demo.states[-1])
             assert scene.env._check_success(), f"{file.name}:{demo.name}"
 

@@ -263,3 +263,18 @@ def test_train_eval_with_a_camera(tmp_path):
     assert report["final_loss"] < report["first_loss"] and report["per_rollout"][0]["steps"] <= 6
     with pytest.raises(UserError, match="no such camera"):
         train_eval(out, resolved, config.model_copy(update={"camera": "birdview"}))
+
+
+def test_training_data_with_sensor_noise(seeds_dataset, resolved):
+    # --sensor-noise reaches the loader: with latency 3 each observation is the one 3 steps
+    # earlier in its episode (clamped at the start), the action chunks those of step t.
+    layout = make_obs_layout(resolved.scene.model, resolved.scene.bodies)
+    plain = load_training_data(seeds_dataset, layout, horizon=4)
+    late = load_training_data(seeds_dataset, layout, horizon=4, sensor_noise='{"latency": 3}')
+    np.testing.assert_array_equal(late.chunks, plain.chunks)
+    ids, first = np.unique(plain.episode, return_index=True)  # an episode's steps are adjacent
+    starts = first[np.searchsorted(ids, plain.episode)]
+    seen = np.maximum(np.arange(len(plain.obs)) - 3, starts)
+    np.testing.assert_array_equal(late.obs, plain.obs[seen])
+    with pytest.raises(UserError, match=r"--sensor-noise: .*state_std has 2 entries.* has 9"):
+        load_training_data(seeds_dataset, layout, horizon=4, sensor_noise='{"state_std": [1, 2]}')

@@ -1,0 +1,130 @@
+"""`factory train-eval --policy vla`: the tokenizer, the text encoder, and a real smoke run (Lift's
+first seed demo rendered at 32x24, a few training steps, one short rollout)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import write_spec
+
+import factory  # noqa: F401  (selects the GL backend before robosuite)
+from factory.cli import main
+from factory.resolve import Resolved, resolve_spec
+from factory.seeds import write_seed_dataset
+from factory.spec import load_spec
+from factory.train_eval import TrainEvalConfig, eval_seed, train_eval
+from factory.vla import (
+    InstructedPolicy,
+    VlaArch,
+    VlaPolicy,
+    encode_texts,
+    fit_tokenizer,
+    load_vla,
+)
+from factory.vla_train import episode_phrases
+
+PHRASES = ["lift the red cube", "pick up the blue block", "Raise the GREEN cube off the table"]
+
+
+def test_tokenizer_round_trip():
+    tokenizer = fit_tokenizer(PHRASES, max_tokens=12)
+    ids, mask = encode_texts(tokenizer, ["lift the green block", "lift the purple cube"])
+    assert ids.shape == mask.shape == (2, 12) and mask[0].sum() == 5  # [CLS] + 4 words
+    assert tokenizer.decode(ids[0].tolist()) == "lift the green block"  # lower-cased on the way
+    unk = tokenizer.token_to_id("[UNK]")
+    assert ids[1, 3] == unk and unk not in ids[0]  # "purple": never seen
+    again = type(tokenizer).from_str(tokenizer.to_str())
+    np.testing.assert_array_equal(
+        encode_texts(again, PHRASES)[0], encode_texts(tokenizer, PHRASES)[0]
+    )
+
+
+def test_text_encoder_output_depends_on_the_instruction():
+    torch.manual_seed(0)
+    tokenizer = fit_tokenizer(PHRASES)
+    arch = VlaArch(10, 4, 1, (3, 24, 32), tokenizer.get_vocab_size(), hidden=32, layers=1)
+    policy = VlaPolicy(arch).eval()
+    red, blue = (
+        InstructedPolicy(policy, tokenizer, t) for t in ("lift the red cube", "lift the blue cube")
+    )
+    assert red.text.shape == (1, arch.text_dim)
+    assert not torch.allclose(red.text, blue.text)
+    with torch.no_grad():  # FiLM starts as the identity: let the text reach the encoder too
+        policy.vision[0].film.weight.normal_()
+    frames = np.random.default_rng(0).integers(0, 255, (1, 24, 32, 3), dtype=np.uint8)
+    obs = np.zeros(10, dtype=np.float32)
+    assert red.act(obs, frames).shape == (4, 7)
+    assert not np.allclose(red.act(obs, frames), blue.act(obs, frames))
+
+
+@pytest.fixture(scope="module")
+def camera_dataset(tmp_path_factory):
+    """Lift's first seed demo (226 steps) rendered by one 32x24 camera, and the spec."""
+    tmp = tmp_path_factory.mktemp("vla")
+    spec_path = write_spec(
+        tmp / "lift_cam.yaml",
+        base="lift_lowdim.yaml",
+        cameras=[{"name": "agentview", "width": 32, "height": 24}],
+    )
+    resolved = resolve_spec(load_spec(spec_path))
+    resolved = Resolved(resolved.spec, resolved.scene, resolved.demos[:1])
+    write_seed_dataset(resolved, tmp / "seeds")
+    return tmp / "seeds", spec_path, resolved
+
+
+@pytest.mark.sim
+@pytest.mark.slow  # the module's dataset: 226 frames rendered (~15-30 s on 2 busy cores)
+def test_vla_train_eval_smoke(camera_dataset, tmp_path):
+    dataset, _, resolved = camera_dataset
+    config = TrainEvalConfig(
+        policy="vla",
+        camera="agentview",
+        horizon=4,
+        execute=4,
+        steps=40,
+        batch_size=32,
+        hidden=32,
+        layers=1,
+        rollouts=1,
+        eval_horizon=6,
+        lr=3e-3,
+    )
+    report = train_eval(dataset, resolved, config, save=tmp_path / "vla.pt")
+    assert report["policy"]["kind"] == "vla" and report["final_loss"] < report["first_loss"]
+    # No privileged state: the observation is proprio (+ time), the scene's objects appear nowhere.
+    names = report["observation"]["names"]
+    assert names == [f"proprio[{i}]" for i in range(9)] + ["time"]
+    assert not any(obj in n for obj in resolved.scene.bodies for n in names)
+    assert report["observation"]["image_shape"] == [1, 3, 24, 32]
+    rollout = report["per_rollout"][0]
+    assert rollout["seed"] == eval_seed(resolved.spec.seed, 0) and rollout["steps"] <= 6
+    assert rollout["instruction"] in resolved.spec.instructions  # Lift: no slots to fill
+    assert report["instructions"]["distinct"] == 3  # the instruction and its two paraphrases
+    json.dumps(report)
+    policy, tokenizer, saved = load_vla(tmp_path / "vla.pt")
+    assert saved["config"]["policy"] == "vla" and saved["layout"]["objects"] == ()
+    frames = np.zeros((1, 24, 32, 3), dtype=np.uint8)
+    obs = np.zeros(10, dtype=np.float32)
+    bound = InstructedPolicy(policy, tokenizer, rollout["instruction"])
+    assert bound.act(obs, frames).shape == (4, 7) and np.isfinite(bound.act(obs, frames)).all()
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_shuffled_instructions_and_flags(camera_dataset, capsys):
+    dataset, spec_path, _ = camera_dataset
+    instructions = {0: "lift the red cube", 1: "pick up the red cube", 2: "raise it"}
+    kept = episode_phrases(dataset, instructions, shuffle=False, seed=0)
+    assert kept[0][0] == "lift the red cube" and len(kept[0]) == 3  # + the paraphrases stored
+    mixed = episode_phrases(dataset, instructions, shuffle=True, seed=0)
+    assert sorted(mixed.values()) == sorted(kept.values()) and mixed != kept
+    assert mixed == episode_phrases(dataset, instructions, shuffle=True, seed=0)
+    base = ["train-eval", str(dataset), "--spec", str(spec_path), "--steps", "1", "--quiet"]
+    assert main([*base, "--policy", "vla"]) == 2  # needs --camera
+    assert "--camera" in capsys.readouterr().err
+    assert main([*base, "--shuffle-instructions"]) == 2  # an MLP reads no instruction
+    with pytest.raises(SystemExit):
+        main([*base, "--policy", "transformer"])
