@@ -47,6 +47,18 @@ sys.exit(main())
 _READY = "Ray runtime started"
 
 
+# `ray start` flags for every port a node opens: Ray's defaults (52365, 10001, ...) clash with
+# other clusters on the machine, so each is chosen free.
+NODE_PORT_FLAGS = (
+    "node-manager-port",
+    "object-manager-port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "metrics-export-port",
+    "runtime-env-agent-port",
+)
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (the OS picks it)."""
     with socket.socket() as s:
@@ -101,19 +113,7 @@ class LocalCluster:
             f"--object-store-memory={self.object_store_bytes}",
             "--min-worker-port=0",
             "--max-worker-port=0",
-            # Every port chosen here: the defaults (52365, 10001, ...) clash with other clusters
-            # on the machine.
-            *(
-                f"--{name}={free_port()}"
-                for name in (
-                    "node-manager-port",
-                    "object-manager-port",
-                    "dashboard-agent-listen-port",
-                    "dashboard-agent-grpc-port",
-                    "metrics-export-port",
-                    "runtime-env-agent-port",
-                )
-            ),
+            *(f"--{name}={free_port()}" for name in NODE_PORT_FLAGS),
         ]
         if index == 0:
             args += [

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.local import free_port
+from cluster.local import NODE_PORT_FLAGS, free_port
 from cluster.reaper import descendants, start_time
 from tests.conftest import write_spec
 from tests.test_cli_errors import assert_user_error
@@ -56,15 +56,7 @@ def _user_env(home: Path) -> dict:
 
 def _start_head(env: dict, temp_dir: Path, gcs_port: int, dashboard_port: int):
     log = temp_dir / "head.log"
-    ports = (
-        "node-manager-port",
-        "object-manager-port",
-        "dashboard-agent-listen-port",
-        "dashboard-agent-grpc-port",
-        "metrics-export-port",
-        "runtime-env-agent-port",
-        "ray-client-server-port",
-    )  # Ray's defaults (52365, 10001, ...) clash with other clusters on the machine
+    ports = (*NODE_PORT_FLAGS, "ray-client-server-port")
     with open(log, "w") as out:
         head = subprocess.Popen(
             [
