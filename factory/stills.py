@@ -1,6 +1,7 @@
 """`factory validate SPEC --still DIR`: one PNG per camera of a spec's scene, before any run.
 
-    spec ──► Scene (the generation model) ──► reset to the nominal layout, objects settled
+    spec ──► Scene (the generation model) ──► reset to the nominal layout, objects settled,
+             palette objects painted as the first attempt draws them
          ──► per camera (the spec's `cameras:`, then scene cameras it does not list, 256x256)
          ──► DIR/<camera>.png, upright, with the spec's render settings
 
@@ -13,8 +14,10 @@ from pathlib import Path
 
 from PIL import Image
 
+from factory.language import episode_language, paint_objects
 from factory.sim import Placement, Scene
 from factory.spec import CameraSpec
+from generators.mimicgen import attempt_seed
 
 STILL_SIZE = 256  # pixels, for scene cameras the spec's `cameras:` does not list
 
@@ -40,11 +43,15 @@ def write_stills(scene: Scene, out_dir: Path) -> list[Path]:
     if not cameras:
         cameras = [CameraSpec(name=scene.camera_names()[0], width=STILL_SIZE, height=STILL_SIZE)]
     scene.reset_to(None, Placement({}))
+    # the colours of the first attempt's draw, as its episode shows them (palette objects)
+    language = episode_language(scene.spec, attempt_seed(scene.spec.seed, 0, 0))
+    undo = paint_objects(scene, language.rgba)
     renderer = FrameRenderer(scene, cameras, scene.spec.render)
     try:
         images = renderer.render_current()
     finally:
         renderer.close()
+        undo()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, image in images.items():
