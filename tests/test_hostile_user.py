@@ -119,8 +119,9 @@ def test_fewer_attempts_is_refused_then_truncates_with_the_flag(built, tmp_path,
     assert result.returncode == 0, result.stderr
     assert manifest_names(data) == ["shard-000000.tar"]
     assert sorted(p.name for p in (data / "shards").iterdir()) == [
-        "shard-000000.tar"
-    ]  # none left unlisted
+        "shard-000000.stats.json",
+        "shard-000000.tar",
+    ]  # none left unlisted: the dropped shards' statistics went with them
     assert factory_here(tmp_path, "verify", data).returncode == 0
 
 
