@@ -109,7 +109,44 @@ def mean_std(values: np.ndarray, floor: float = STD_FLOOR) -> tuple[np.ndarray, 
     return flat.mean(0).astype(np.float32), np.maximum(flat.std(0), floor).astype(np.float32)
 
 
-class ChunkPolicy(nn.Module):
+class NormalizedPolicy(nn.Module):
+    """The normalization of observations [D] and actions [A], held as buffers (saved with the
+    weights): `forward` works in normalized units, `act` in raw ones."""
+
+    def register_normalization(self, obs_dim: int, action_dim: int) -> None:
+        for name, size in (
+            ("obs_mean", obs_dim),
+            ("obs_std", obs_dim),
+            ("act_mean", action_dim),
+            ("act_std", action_dim),
+        ):
+            self.register_buffer(name, torch.zeros(size) if "mean" in name else torch.ones(size))
+
+    def set_normalization(
+        self, obs: tuple[np.ndarray, np.ndarray], act: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        """(mean, std) of observations [D] and of actions [A], from the training data."""
+        for name, value in zip(
+            ("obs_mean", "obs_std", "act_mean", "act_std"), (*obs, *act), strict=True
+        ):
+            getattr(self, name).copy_(torch.as_tensor(value, dtype=torch.float32))
+
+    def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self.obs_mean) / self.obs_std
+
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return (actions - self.act_mean) / self.act_std
+
+
+def mlp(widths: Sequence[int], out: int) -> nn.Sequential:
+    """Linear + GELU through `widths` (input first), then a linear layer to `out`."""
+    blocks: list[nn.Module] = []
+    for a, b in zip(widths, widths[1:], strict=False):
+        blocks += [nn.Linear(a, b), nn.GELU()]
+    return nn.Sequential(*blocks, nn.Linear(widths[-1], out))
+
+
+class ChunkPolicy(NormalizedPolicy):
     """MLP: observation [B, D] (+ one camera image [B, 3, h, w] in [0, 1]) -> actions [B, H, A].
 
     The normalization of observations and actions is held as buffers. `forward` works in
@@ -145,33 +182,9 @@ class ChunkPolicy(nn.Module):
                 nn.ReLU(),
             )
         )
-        widths = [obs_dim + (IMAGE_FEATURES if image_shape is not None else 0)] + [hidden] * layers
-        blocks: list[nn.Module] = []
-        for a, b in zip(widths, widths[1:], strict=False):
-            blocks += [nn.Linear(a, b), nn.GELU()]
-        self.net = nn.Sequential(*blocks, nn.Linear(widths[-1], horizon * action_dim))
-        for name, size in (
-            ("obs_mean", obs_dim),
-            ("obs_std", obs_dim),
-            ("act_mean", action_dim),
-            ("act_std", action_dim),
-        ):
-            self.register_buffer(name, torch.zeros(size) if "mean" in name else torch.ones(size))
-
-    def set_normalization(
-        self, obs: tuple[np.ndarray, np.ndarray], act: tuple[np.ndarray, np.ndarray]
-    ) -> None:
-        """(mean, std) of observations [D] and of actions [A], from the training data."""
-        for name, value in zip(
-            ("obs_mean", "obs_std", "act_mean", "act_std"), (*obs, *act), strict=True
-        ):
-            getattr(self, name).copy_(torch.as_tensor(value, dtype=torch.float32))
-
-    def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
-        return (obs - self.obs_mean) / self.obs_std
-
-    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        return (actions - self.act_mean) / self.act_std
+        width = obs_dim + (IMAGE_FEATURES if image_shape is not None else 0)
+        self.net = mlp([width] + [hidden] * layers, horizon * action_dim)
+        self.register_normalization(obs_dim, action_dim)
 
     def forward(
         self, obs_normalized: torch.Tensor, image: torch.Tensor | None = None

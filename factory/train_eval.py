@@ -223,15 +223,30 @@ def train_policy(
         chunks = policy.normalize_actions(torch.from_numpy(data.chunks))
         masks = torch.from_numpy(data.masks).float()
         images = None if data.images is None else torch.from_numpy(data.images)
+
+    def batch_loss() -> torch.Tensor:
+        idx = torch.randint(len(obs), (config.batch_size,), generator=gen)
+        pixels = None if images is None else images[idx].float() / 255.0
+        return masked_l1(policy(obs[idx], pixels), chunks[idx], masks[idx])
+
+    return policy, fit(policy, batch_loss, config, on_log)
+
+
+def fit(
+    policy: torch.nn.Module,
+    batch_loss: Callable[[], torch.Tensor],
+    config: TrainEvalConfig,
+    on_log: Callable[[int, float], None] | None = None,
+) -> TrainLog:
+    """`config.steps` AdamW steps on `batch_loss()` (a fresh batch each call), cosine-decayed
+    learning rate; the loss curve in 20 windows. Leaves `policy` in eval mode."""
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.steps)
     every = max(1, config.steps // 20)
     curve, window, first = [], [], None
     start = time.perf_counter()
     for step in range(1, config.steps + 1):
-        idx = torch.randint(len(obs), (config.batch_size,), generator=gen)
-        pixels = None if images is None else images[idx].float() / 255.0
-        loss = masked_l1(policy(obs[idx], pixels), chunks[idx], masks[idx])
+        loss = batch_loss()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -248,7 +263,7 @@ def train_policy(
     tail = max(1, config.steps // 20)
     final = float(np.mean([v for s, v in curve if s > config.steps - tail] or [curve[-1][1]]))
     policy.eval()
-    return policy, TrainLog(elapsed, float(first), final, curve)
+    return TrainLog(elapsed, float(first), final, curve)
 
 
 # ---------------------------------------------------------------- evaluation

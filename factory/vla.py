@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import BertConfig, BertModel
 
-from factory.policy import ACTION_DIM
+from factory.policy import ACTION_DIM, NormalizedPolicy, mlp
 
 PAD, UNK, CLS = "[PAD]", "[UNK]", "[CLS]"
 MAX_TOKENS = 24  # "raise the red block off the table" is 8 words; room for longer phrasings
@@ -131,7 +131,7 @@ class FilmEncoder(nn.Module):
         return spatial_softmax(self.points(x), self.temperature)
 
 
-class VlaPolicy(nn.Module):
+class VlaPolicy(NormalizedPolicy):
     """Instruction ids [B, L] + frames [B, C, 3, h, w] + observation [B, D] -> actions [B, H, A].
 
     Like `ChunkPolicy`: normalization buffers, `forward` in normalized units. `act` takes a raw
@@ -162,33 +162,8 @@ class VlaPolicy(nn.Module):
             FilmEncoder(arch.text_dim, arch.channels, arch.keypoints) for _ in range(arch.cameras)
         )
         width = arch.obs_dim + arch.cameras * 2 * arch.keypoints + arch.text_dim
-        widths = [width] + [arch.hidden] * arch.layers
-        blocks: list[nn.Module] = []
-        for a, b in zip(widths, widths[1:], strict=False):
-            blocks += [nn.Linear(a, b), nn.GELU()]
-        self.head = nn.Sequential(*blocks, nn.Linear(widths[-1], arch.horizon * ACTION_DIM))
-        for name, size in (
-            ("obs_mean", arch.obs_dim),
-            ("obs_std", arch.obs_dim),
-            ("act_mean", ACTION_DIM),
-            ("act_std", ACTION_DIM),
-        ):
-            self.register_buffer(name, torch.zeros(size) if "mean" in name else torch.ones(size))
-
-    def set_normalization(
-        self, obs: tuple[np.ndarray, np.ndarray], act: tuple[np.ndarray, np.ndarray]
-    ) -> None:
-        """(mean, std) of observations [D] and of actions [A], from the training data."""
-        for name, value in zip(
-            ("obs_mean", "obs_std", "act_mean", "act_std"), (*obs, *act), strict=True
-        ):
-            getattr(self, name).copy_(torch.as_tensor(value, dtype=torch.float32))
-
-    def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
-        return (obs - self.obs_mean) / self.obs_std
-
-    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        return (actions - self.act_mean) / self.act_std
+        self.head = mlp([width] + [arch.hidden] * arch.layers, arch.horizon * ACTION_DIM)
+        self.register_normalization(arch.obs_dim, ACTION_DIM)
 
     def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Token ids [B, L] and mask [B, L] -> text features [B, E]: the mean over real tokens."""

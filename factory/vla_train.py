@@ -44,6 +44,7 @@ from factory.train_eval import (
     _report,
     dataset_camera,
     eval_seed,
+    fit,
     idle_steps,
     run_rollout,
     start_state,
@@ -172,35 +173,16 @@ def train_vla(
         chunks = policy.normalize_actions(torch.from_numpy(data.chunks))
         masks = torch.from_numpy(data.masks).float()
     images = torch.from_numpy(data.images)
-    opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.steps)
-    every = max(1, config.steps // 20)
-    curve, window, first_loss = [], [], None
-    start = time.perf_counter()
-    for step in range(1, config.steps + 1):
+
+    def batch_loss() -> torch.Tensor:
         idx = torch.randint(len(obs), (config.batch_size,), generator=gen)
         pick = (torch.rand(len(idx), generator=gen) * step_count[idx]).long()
         text_rows = choices_t[step_first[idx] + pick]
         pixels = random_shift(images[idx].float() / 255.0, SHIFT, gen)
         text = policy.embed(ids[text_rows], mask[text_rows])
-        loss = masked_l1(policy(obs[idx], pixels, text), chunks[idx], masks[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        schedule.step()
-        value = loss.item()
-        first_loss = value if first_loss is None else first_loss
-        window.append(value)
-        if step % every == 0 or step == config.steps:
-            curve.append((step, float(np.mean(window))))
-            if on_log is not None:
-                on_log(step, curve[-1][1])
-            window = []
-    elapsed = time.perf_counter() - start
-    tail = max(1, config.steps // 20)
-    final = float(np.mean([v for s, v in curve if s > config.steps - tail] or [curve[-1][1]]))
-    policy.eval()
-    return policy, tokenizer, TrainLog(elapsed, float(first_loss), final, curve)
+        return masked_l1(policy(obs[idx], pixels, text), chunks[idx], masks[idx])
+
+    return policy, tokenizer, fit(policy, batch_loss, config, on_log)
 
 
 def frames_view(renderer: FrameRenderer, names: Sequence[str], jpeg_quality: int) -> np.ndarray:
