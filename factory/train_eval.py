@@ -436,6 +436,8 @@ def train_eval(
     physics = None if config.eval_physics is None else load_eval_physics(config.eval_physics, scene)
     if config.policy == "vla" and physics is not None:
         raise UserError("--eval-physics: only with --policy mlp")
+    if config.policy == "vla" and config.sensor_noise is not None:
+        raise UserError("--sensor-noise: only with --policy mlp (the vla loader takes none yet)")
     if config.policy == "vla":
         from factory.vla_train import train_eval_vla  # transformers: only when asked for
 

@@ -126,5 +126,9 @@ def test_shuffled_instructions_and_flags(camera_dataset, capsys):
     assert main([*base, "--policy", "vla"]) == 2  # needs --camera
     assert "--camera" in capsys.readouterr().err
     assert main([*base, "--shuffle-instructions"]) == 2  # an MLP reads no instruction
+    capsys.readouterr()
+    noisy = ["--policy", "vla", "--camera", "agentview", "--sensor-noise", '{"state_std": 0.01}']
+    assert main([*base, *noisy]) == 2  # refused, not silently ignored
+    assert "--sensor-noise: only with --policy mlp" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*base, "--policy", "transformer"])
