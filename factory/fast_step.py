@@ -94,12 +94,19 @@ class FastStepper:
     def step(self, action: np.ndarray) -> None:
         """One control step: the same substeps, controls and order as robosuite's env.step."""
         model, data = self.model, self.data
+        arm_act, low, high = self.arm_act, self.arm_low, self.arm_high
         for i in range(self.substeps):
             mujoco.mj_step1(model, data)
             if i == 0:
-                goal = self._set_goal(action)
-            data.ctrl[self.arm_act] = np.clip(self._arm_torques(*goal), self.arm_low, self.arm_high)
-            data.ctrl[self.grip_act] = np.clip(self._grip_ctrl, self.grip_low, self.grip_high)
+                # The arm's base is fixed: its frame (robosuite reads it every substep), hence the
+                # world-frame goal, and the gripper's command hold for the whole control step;
+                # computed once, they save a third of the loop's Python time (profiled, Stack).
+                origin_pos, origin_ori = self._origin()
+                goal_pos, goal_ori = self._set_goal(action, (origin_pos, origin_ori))
+                desired = origin_pos + origin_ori @ goal_pos, origin_ori @ goal_ori
+                grip = np.minimum(np.maximum(self._grip_ctrl, self.grip_low), self.grip_high)
+            data.ctrl[arm_act] = np.minimum(np.maximum(self._arm_torques(*desired), low), high)
+            data.ctrl[self.grip_act] = grip
             mujoco.mj_step2(model, data)
 
     # --- goals (first substep) -----------------------------------------------------------
@@ -108,9 +115,11 @@ class FastStepper:
             self.data.site_xmat[self.center_site].reshape([3, 3])
         )
 
-    def _set_goal(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _set_goal(
+        self, action: np.ndarray, origin: tuple[np.ndarray, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """World-frame goal position and orientation of the arm; the gripper command."""
-        origin_pos, origin_ori = self._origin()
+        origin_pos, origin_ori = origin
         ref_pos = np.array(self.data.site_xpos[self.ref_site])
         ref_ori = np.array(self.data.site_xmat[self.ref_site].reshape([3, 3]))
         scaled = self.arm.scale_action(action[self.arm_slice])
@@ -133,9 +142,9 @@ class FastStepper:
         return goal_pos, goal_ori
 
     # --- torques (every substep) ---------------------------------------------------------
-    def _arm_torques(self, goal_pos: np.ndarray, goal_ori: np.ndarray) -> np.ndarray:
+    def _arm_torques(self, desired_pos: np.ndarray, desired_ori: np.ndarray) -> np.ndarray:
+        """OSC torques toward a world-frame goal position [3] and orientation [3, 3]."""
         model, data = self.model, self.data
-        origin_pos, origin_ori = self._origin()
         jacp, jacr = self._jac
         mujoco.mj_jacSite(model, data, jacp, jacr, self.ref_site)
         mujoco.mj_fullM(model, self._mass, data.qM)
@@ -148,8 +157,8 @@ class FastStepper:
             data.qfrc_bias,
             self.qvel_index,
             self.qpos_index,
-            origin_pos + origin_ori @ goal_pos,
-            origin_ori @ goal_ori,
+            desired_pos,
+            desired_ori,
             data.site_xpos[self.ref_site],
             data.site_xmat[self.ref_site].reshape(3, 3),
             self._kp,
