@@ -70,26 +70,10 @@ class FastStepper:
         self.substeps = int(round(env.control_timestep / env.model_timestep))
         self._jac = np.zeros((3, self.model.nv)), np.zeros((3, self.model.nv))
         self._mass = np.zeros((self.model.nv, self.model.nv))
-        self._kp = np.asarray(arm.kp, dtype=np.float64)
-        self._kd = np.asarray(arm.kd, dtype=np.float64)
+        # The OSC gains under robosuite's controller's names (factory.physics scales them).
+        self.kp = np.asarray(arm.kp, dtype=np.float64)
+        self.kd = np.asarray(arm.kd, dtype=np.float64)
         self._initial_joint = np.asarray(arm.initial_joint, dtype=np.float64)
-
-    # The OSC gains, as robosuite's controller names them (factory.physics scales them).
-    @property
-    def kp(self) -> np.ndarray:
-        return self._kp
-
-    @kp.setter
-    def kp(self, value: np.ndarray) -> None:
-        self._kp = value
-
-    @property
-    def kd(self) -> np.ndarray:
-        return self._kd
-
-    @kd.setter
-    def kd(self, value: np.ndarray) -> None:
-        self._kd = value
 
     def step(self, action: np.ndarray) -> None:
         """One control step: the same substeps, controls and order as robosuite's env.step."""
@@ -161,8 +145,8 @@ class FastStepper:
             desired_ori,
             data.site_xpos[self.ref_site],
             data.site_xmat[self.ref_site].reshape(3, 3),
-            self._kp,
-            self._kd,
+            self.kp,
+            self.kd,
             self._initial_joint,
         )
 
