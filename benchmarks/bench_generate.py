@@ -5,8 +5,10 @@
 Prints one JSON object: attempts, success rate, seconds per attempt, generated
 control steps per second; bare control steps per second through the factory's
 fast control loop and through robosuite's own `env.step` on the same env (the
-reference). `ratio` = generator steps/s over robosuite env.step steps/s;
-`fast_step_ratio` = fast loop over env.step, both with zero actions.
+reference), and bare `mujoco.mj_step` (the substeps of a control step and nothing else: the
+physics limit). `ratio` = generator steps/s over robosuite env.step steps/s;
+`fast_step_ratio` = fast loop over env.step, both with zero actions; `generator_over_mj_step`
+and `fast_step_over_mj_step` = each over bare mj_step.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def main() -> None:
     bare = min(steps, 1500)
     fast_rate = _bare_rate(scene, demos, scene.step, bare)
     env_rate = _bare_rate(scene, demos, scene.env.step, bare)
+    mj_rate = _mj_step_rate(scene, demos, bare)
 
     print(
         json.dumps(
@@ -54,19 +57,36 @@ def main() -> None:
                 "generator_steps_per_s": round(steps / gen_s, 1),
                 "fast_step_per_s": round(fast_rate, 1),
                 "robosuite_env_step_per_s": round(env_rate, 1),
+                "mj_step_control_steps_per_s": round(mj_rate, 1),
                 "ratio": round((steps / gen_s) / env_rate, 3),
                 "fast_step_ratio": round(fast_rate / env_rate, 3),
+                "generator_over_mj_step": round((steps / gen_s) / mj_rate, 3),
+                "fast_step_over_mj_step": round(fast_rate / mj_rate, 3),
             }
         )
     )
 
 
 def _bare_rate(scene, demos, step, count: int) -> float:
-    scene.reset_to(demos[0].demo.states[0], _no_offsets())
+    scene.reset_to(demos[0].start_state, _no_offsets())
     action = np.zeros(7)
     start = time.perf_counter()
     for _ in range(count):
         step(action)
+    return count / (time.perf_counter() - start)
+
+
+def _mj_step_rate(scene, demos, count: int) -> float:
+    """Control steps a second of bare `mujoco.mj_step` (the physics limit): the substeps of a
+    control step, nothing else, from the same start state."""
+    import mujoco
+
+    scene.reset_to(demos[0].start_state, _no_offsets())
+    substeps = int(round(scene.env.control_timestep / scene.env.model_timestep))
+    model, data = scene.model, scene.data
+    start = time.perf_counter()
+    for _ in range(count * substeps):
+        mujoco.mj_step(model, data)
     return count / (time.perf_counter() - start)
 
 

@@ -77,7 +77,7 @@ def run_setting(spec_path: str, attempts: int, retries: int) -> dict:
             failures[kind] = failures.get(kind, 0) + 1
     # Same-run reference: bare robosuite env.step calls on the same env.
     scene = resolved.scene
-    scene.reset_to(resolved.demos[0].demo.states[0], Placement({}))
+    scene.reset_to(resolved.demos[0].start_state, Placement({}))
     bare_steps = min(steps, 1500)
     t0 = time.perf_counter()
     for _ in range(bare_steps):

@@ -22,7 +22,8 @@ Lift (scene_specs/lift.yaml) with cameras: [], horizon 400, 2 attempts a shard:
 Also: bytes per episode and per step (for the shared file system's bandwidth); the driver's
 own limits: shards per second and driver CPU per shard with near-empty shards (horizon 2, on
 2 workers; `driver_cpu_ms_per_shard` of the real runs includes idle polling), and one commit
-of its bookkeeping (generation.json + manifest.json rewritten) at 10,000 shards.
+of its bookkeeping at 10,000 shards (a journal line and an fsync; benchmarks/bench_driver_scale.py
+measures the driver per shard up to 100,000 shards).
 
 Every Ray process here is on 127.0.0.1 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0). Attempts vary
 in length (successes ~280 steps, horizon failures 400), so small runs are noisy; a loaded

@@ -140,11 +140,18 @@ class LocalCluster:
                 raise RuntimeError(f"ray node {index} did not start (see {log}):\n{tail}")
             time.sleep(0.2)
 
-    def processes(self) -> dict[int, str]:
+    def add_node(self, cpus: int = 1) -> int:
+        """Start one more node joining the running cluster; returns its index."""
+        index = len(self.nodes)
+        self._start_node(index, cpus)
+        self.cpus = (*self.cpus, cpus)
+        return index
+
+    def processes(self, index: int | None = None) -> dict[int, str]:
         """PID -> command line (a Ray worker's shows its title, e.g. `ray::_ShardActor.run_shard`)
-        of every process below this cluster's nodes."""
+        of every process below this cluster's nodes (below node `index` only, when given)."""
         found = {}
-        for node in self.nodes:
+        for node in self.nodes if index is None else [self.nodes[index]]:
             if node.poll() is None:
                 for pid in descendants(node.pid):
                     try:

@@ -15,9 +15,11 @@ the same `ShardWorker` that tests call directly.
 
 Faults, and what happens:
   an actor dies mid-shard        its shard goes back to the front of the queue and a fresh
-  (killed, OOM, node lost)       actor starts; shards are deterministic, so the redo writes the
-                                 same bytes. A shard whose worker died `max_shard_retries` times
-                                 is an error (it crashes workers).
+  (killed, OOM, node lost)       actor starts (where there is room); shards are deterministic,
+                                 so the redo writes the same bytes. A shard whose worker died
+                                 `max_shard_retries` times is an error (it crashes workers).
+  a node joins                   without --workers, the pool grows by a worker a CPU it brings
+                                 (checked every _GROW_EVERY_S while shards are queued).
   an actor fails in __init__     an error at once: every worker would fail alike.
   a shard raises (e.g. the       no new shard starts; running ones finish and are recorded; then
   disk is full)                  the error (one line for an OSError).
@@ -40,7 +42,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -67,6 +69,7 @@ __all__ = [
 # Environment the workers need; forwarded so that a remote cluster renders like the driver.
 _FORWARDED_ENV = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "MUJOCO_EGL_DEVICE_ID")
 _POLL_S = 0.5  # how often the driver takes the attempts reported while shards run
+_GROW_EVERY_S = 2.0  # how often an auto-sized pool looks for CPUs that joined the cluster
 
 # Ray turns token authentication on for a new local cluster and says so in a warning line
 # (above the progress bar, or beside a one-line error). It stays on; the line goes. Ray's
@@ -80,7 +83,7 @@ logging.getLogger("ray._private.authentication.authentication_token_setup").addF
 class ClusterConfig:
     workers: (
         int | None
-    )  # actors, one CPU each; None: one per CPU the cluster has when the run starts
+    )  # actors, one CPU each; None: one per CPU the cluster has, growing as nodes join
     address: str | None = (
         None  # an existing cluster ("auto", "10.0.0.1:6379", ...); None: start one
     )
@@ -88,6 +91,10 @@ class ClusterConfig:
     gpus_per_worker: float = (
         0.0  # GPUs per actor (fractions share a GPU); > 0: MuJoCo renders with EGL on it
     )
+    worker_env: Mapping[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # environment variables set in every worker (Ray's runtime_env env_vars)
+    user_errors: tuple[type, ...] = ()  # raised by a worker: reported as they are, one line
 
 
 class ShardTask(Protocol):
@@ -139,6 +146,7 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
     try:
         if address:
             env_vars = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+            env_vars |= dict(config.worker_env)
             runtime_env = {"env_vars": env_vars} if env_vars else None
             ray.init(
                 address=address,
@@ -198,8 +206,8 @@ class _ShardActor:
         self.worker.demos = list(demos)
 
     def run_shard(self, task, out_dir: str, progress):
-        result = self.worker.run_shard(
-            task, Path(out_dir), on_attempt=_Reporter(progress, task.index)
+        result = self.worker.run_shard(  # out_dir: a folder, or a store's URL
+            task, out_dir, on_attempt=_Reporter(progress, task.index)
         )
         return dataclasses.replace(result, node=self.info.node)
 
@@ -282,8 +290,9 @@ class ShardCluster:
     ) -> None:
         """Run the tasks in order; `on_result` is called in the driver as each shard lands,
         `on_attempt(shard index, success)` per attempt, `on_workers(n)` when the number of live
-        workers changes, `on_warning(line)` when a worker dies and its shard is redone. Once
-        `should_stop()` is true no new shard starts (running ones finish)."""
+        workers changes, `on_warning(line)` when a worker dies and its shard is redone.
+        `should_stop()` is asked every poll (about twice a second); once it is true no new
+        shard starts (running ones finish)."""
         self.dispatcher.run(
             demos, tasks, on_result, on_attempt, should_stop, on_workers, on_warning
         )
@@ -350,9 +359,16 @@ class _Dispatcher:
         self.on_workers: Callable = lambda n: None
         self.on_warning: Callable = lambda line: print(f"warning: {line}", file=sys.stderr)
         cluster = ray.cluster_resources()
-        self.workers = max(1, min(max_workers, config.workers or int(cluster.get("CPU", 1))))
-        self.out_dir = str(Path(out_dir).resolve())
+        self.max_workers = max_workers
+        self.workers = max(1, min(max_workers, config.workers or self._capacity(cluster)))
+        self._next_grow = time.monotonic() + _GROW_EVERY_S
+        # A store's URL (a str) goes to the workers as it is; a local path, absolute.
+        self.out_dir = str(out_dir.resolve()) if isinstance(out_dir, Path) else str(out_dir)
         options = {"num_cpus": 1, "max_restarts": 0}
+        missing = {} if local else _env_missing(config.worker_env)
+        if missing:  # e.g. how to reach an object store, as the driver does (an actor with a
+            # runtime_env starts through Ray's runtime-env agent, ≈ 1-2 s more: only when needed)
+            options["runtime_env"] = {"env_vars": missing}
         self.early_warnings: list[str] = []  # said once `run` has somewhere to say them
         self.gpu_deadline: float | None = (
             None  # give up if no worker has started by then (no GPU joined)
@@ -428,6 +444,10 @@ class _Dispatcher:
                 break
             ready, rest = ray.wait(refs, num_returns=1, timeout=_POLL_S)
             self._check_gpu_deadline()
+            # Asked every poll, whether a worker is free or not: the driver's periodic work
+            # (deferred commits, a store's sync) rides on should_stop.
+            if not stopping() and queue:
+                self._grow()
             if (
                 ready and rest
             ):  # everything else done by now too, in one pass: many workers, one driver
@@ -453,6 +473,25 @@ class _Dispatcher:
                 "(render.gpus_per_worker) and no GPU node joined the cluster; "
                 f"add GPU nodes, set it to 0, or wait longer with ${GPU_WAIT_ENV}"
             )
+
+    def _capacity(self, resources: dict) -> int:
+        """Workers the cluster's resources hold: one a CPU (and `gpus_per_worker` GPU each)."""
+        cpus = int(resources.get("CPU", 0))
+        if self.config.gpus_per_worker > 0:
+            cpus = min(cpus, int(resources.get("GPU", 0) / self.config.gpus_per_worker))
+        return max(1, cpus)
+
+    def _grow(self) -> None:
+        """An auto-sized pool (no --workers) takes the nodes that joined: a worker for each CPU
+        the cluster has beyond the workers it holds, up to one a shard. (A lost node's workers
+        are replaced by `_lost`; their replacements wait for room, so none is added here.)"""
+        if self.config.workers or time.monotonic() < self._next_grow:
+            return
+        self._next_grow = time.monotonic() + _GROW_EVERY_S
+        have = len(self.idle) + len(self.running) + len(self.starting)
+        wanted = min(self.max_workers, self._capacity(ray.cluster_resources()))
+        for _ in range(wanted - have):
+            self._start_worker()
 
     def _start_worker(self) -> None:
         actor = self.actor_class.remote(self.factory_ref)
@@ -494,7 +533,7 @@ class _Dispatcher:
             return
         except RayTaskError as err:
             self.idle.append(worker)
-            self._fail(_shard_error(task, err, self.out_dir))
+            self._fail(_shard_error(task, err, self.out_dir, self.config.user_errors))
             return
         self.on_result(
             result
@@ -552,9 +591,23 @@ class _Dispatcher:
         self.running.clear()
 
 
-def _shard_error(task: ShardTask, err: RayTaskError, out_dir: str) -> BaseException:
-    """A one-line error for a shard that could not be written; any other error as raised."""
+def _env_missing(wanted: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `wanted` that this job's workers would not have: a cluster this process
+    did not start does not pass them on, unless the job's runtime_env (`connect`) holds them."""
+    if not wanted:
+        return {}
+    job = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
+    return {k: v for k, v in wanted.items() if job.get(k) != v}
+
+
+def _shard_error(
+    task: ShardTask, err: RayTaskError, out_dir: str, user_errors: tuple[type, ...] = ()
+) -> BaseException:
+    """A one-line error for a shard that could not be written, or a user's error the worker
+    raised (e.g. an object store that stayed unreachable) as it is; any other error as raised."""
     cause = getattr(err, "cause", None)
+    if user_errors and isinstance(cause, user_errors):
+        return cause
     if isinstance(cause, OSError):
         text = f"[Errno {cause.errno}] {cause.strerror}" if cause.errno else str(cause)
         return ShardWriteError(

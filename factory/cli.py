@@ -108,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="generate, render and write a dataset on Ray")
     p.add_argument("spec", type=Path)
     p.add_argument(
-        "--out", type=Path, help="dataset directory (default: the spec's output.dir, or out/<name>)"
+        "--out",
+        type=_dataset_location,
+        help="dataset directory, or an object store's URL (s3://bucket/prefix, any fsspec URL); "
+        "default: the spec's output.dir, or out/<name>",
     )
     p.add_argument(
         "--attempts", type=_positive_int, help="generation attempts (overrides generation.attempts)"
@@ -131,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="an existing Ray cluster (default: $RAY_ADDRESS, else a local one)",
     )
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
+    p.add_argument(
+        "--shard-layout",
+        choices=("step", "episode"),
+        help="one sample a step or an episode in the shards (overrides output.shard_layout)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--truncate",
@@ -140,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("preview", help="a contact-sheet PNG and one mp4 per camera of a dataset")
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=_dataset_location)
     p.add_argument("--out", type=Path, help="folder for the pictures (default: DATASET/preview)")
     p.add_argument("--episodes", type=_positive_int, default=6, help="rows of the contact sheet")
     p.add_argument(
@@ -152,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "export", help="write the dataset as LeRobot (v3.0), GR00T (LeRobot v2.1) or robomimic"
     )
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=_dataset_location)
     p.add_argument("--to", choices=("lerobot", "gr00t", "robomimic"), required=True)
     p.add_argument(
         "out", type=Path, help="a new folder (lerobot, gr00t) or a new .hdf5 file (robomimic)"
@@ -165,10 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("verify", help="check shards against the manifest, episodes and stats")
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=_dataset_location)
 
     p = sub.add_parser("inspect", help="summarize a dataset")
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=_dataset_location)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument(
         "--plot",
@@ -262,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train-eval",
         help="train a behaviour-cloning policy on a dataset and report its rollout success",
     )
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=_dataset_location)
     p.add_argument(
         "--spec",
         type=Path,
@@ -332,6 +340,8 @@ def _check(
     target = (
         (out_dir or spec.output_dir()) if out_dir is not None or overrides is not None else None
     )
+    if isinstance(target, str):  # a store's URL: checked on its local copy, once pulled (run)
+        target = None
     if target is not None:
         check_output_dir(target, spec, truncate)
     bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
@@ -372,6 +382,38 @@ def _check_still_dir(path: Path) -> None:
         raise UserError(f"{path}: --still: cannot write into {ancestor} (permission denied)")
 
 
+def _dataset_location(text: str) -> Path | str:
+    """A dataset argument: a local directory, or the URL of one in object storage (s3://...)."""
+    from shards.store import is_remote
+
+    return text if is_remote(text) else Path(text)
+
+
+def _local_dataset(location: Path | str, *, shards: bool = True, fresh: bool = False) -> Path:
+    """`location` as a local directory: a stored dataset is pulled into its local copy
+    (shards.remote; `shards=False`: only its small files; `fresh`: every shard downloaded again,
+    even one whose local copy matches the manifest), which readers then use as usual."""
+    if isinstance(location, Path):
+        return location
+    from tqdm import tqdm
+
+    from shards.remote import local_copy_dir, pull_dataset, pull_metadata
+    from shards.store import Store
+
+    store = Store(location)
+    if not shards:
+        return pull_metadata(store)
+    with tqdm(desc=f"pulling {location}", unit="shard", file=sys.stderr, leave=False) as bar:
+        local = pull_dataset(store, on_shard=lambda name, fetched: bar.update(), fresh=fresh)
+    print(f"{location}: local copy in {local_copy_dir(location)}", file=sys.stderr)
+    return local
+
+
+def _control(note: str) -> str:
+    """How steps are taken: factory.fast_step, or robosuite's env.step and why."""
+    return f"robosuite env.step ({note})" if note else "fast (factory.fast_step)"
+
+
 def cmd_validate(args) -> int:
     if args.still is not None:
         _check_still_dir(args.still)
@@ -382,7 +424,8 @@ def cmd_validate(args) -> int:
     print(
         f"ok: {args.spec}: {spec.name} ({spec.task.env}, {spec.task.robot}), "
         f"{len(resolved.demos)} seed demos, "
-        f"{len(spec.subtasks)} subtasks (ends per demo: {ends}), cameras: {cams}"
+        f"{len(spec.subtasks)} subtasks (ends per demo: {ends}), cameras: {cams}, "
+        f"control: {_control(resolved.scene.fast_control_note)}"
     )
     if args.still is not None:  # only once everything validated: a bad spec writes nothing
         from factory.stills import write_stills
@@ -478,6 +521,8 @@ def cmd_run(args) -> int:
         overrides["seed"] = args.seed
     if args.successes is not None:
         overrides["generation.target_successes"] = args.successes
+    if args.shard_layout is not None:
+        overrides["output.shard_layout"] = args.shard_layout
     spec = _check(
         args.spec, overrides, args.out, args.truncate
     )  # resolved by run_dataset, while the cluster starts
@@ -486,7 +531,7 @@ def cmd_run(args) -> int:
             args.spec, "seed_demos", "at least one seed demo file is needed to generate"
         )
     out_dir = args.out or spec.output_dir()
-    run_dataset(
+    written = run_dataset(  # a store's URL: its local copy, which the store now matches
         spec,
         out_dir,
         args.workers,
@@ -494,13 +539,14 @@ def cmd_run(args) -> int:
         show_progress=not args.no_progress,
         truncate=args.truncate,
     )
-    print(format_summary(summarize(out_dir)))
+    print(format_summary(summarize(written)))
     return 0
 
 
 def cmd_preview(args) -> int:
     from factory.preview import PREVIEW_DIRNAME, preview
 
+    args.dataset = _local_dataset(args.dataset)
     if args.failures:
         from factory.failures import render_failures
         from factory.output_dir import require_dataset_info
@@ -532,7 +578,7 @@ def cmd_export(args) -> int:
         check_can_create(args.out, "out")
     else:
         _check_output_file(args.out, "out")
-    summary = export(args.dataset, args.out, **options)
+    summary = export(_local_dataset(args.dataset), args.out, **options)
     print(
         json.dumps(
             {k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}, default=str
@@ -546,6 +592,8 @@ def cmd_verify(args) -> int:
     from shards.format import DatasetError
     from shards.verify import verify_dataset
 
+    shown = str(args.dataset)
+    args.dataset = _local_dataset(args.dataset, fresh=True)  # what the store holds now
     require_dataset_info(args.dataset)  # like inspect and run: a folder without it is no dataset
     if not (args.dataset / "manifest.json").is_file():
         raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
@@ -566,15 +614,16 @@ def cmd_verify(args) -> int:
                 line if line.startswith(f"{args.dataset}/") else f"{args.dataset}/{line}",
                 file=sys.stderr,
             )
-        print(f"error: {args.dataset}: {len(problems)} problem(s) found", file=sys.stderr)
+        print(f"error: {shown}: {len(problems)} problem(s) found", file=sys.stderr)
         return 2
-    print(f"ok: {args.dataset}: every shard, episode and statistic matches")
+    print(f"ok: {shown}: every shard, episode and statistic matches")
     return 0
 
 
 def cmd_inspect(args) -> int:
     from factory.report import format_summary, summarize
 
+    args.dataset = _local_dataset(args.dataset, shards=False)
     summary = summarize(args.dataset)
     if args.plot is not None:  # checked before anything is printed
         from factory.adr import plot_adr
@@ -672,6 +721,7 @@ def cmd_train_eval(args) -> int:
     except ValidationError as err:
         first = err.errors()[0]
         raise UserError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    args.dataset = _local_dataset(args.dataset)
     if not (args.dataset / "manifest.json").is_file():
         raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
     for flag, path in (("--out", args.out), ("--save-policy", args.save_policy)):

@@ -3,6 +3,8 @@
 robosuite raw:  data.attrs["env"], data/demo_N/{states, actions}
 robomimic:      data.attrs["env_args"] (JSON with env_name), data/demo_N/{states, actions, obs/*}
 
+The recording robot comes from `env_info` (robosuite) or `env_args.env_kwargs` (robomimic).
+
 The MuJoCo states are the ground truth: replaying stored actions open loop does
 not reproduce them across robosuite versions.
 """
@@ -34,13 +36,14 @@ def load_seed_demos(path: Path) -> list[SeedDemo]:
             raise UserError(f"{path}: expected a group 'data' (robosuite or robomimic demo file)")
         data = f["data"]
         env_name = _env_name(data.attrs)
+        robot = _robot(path, data.attrs)
         names = sorted((k for k in data if k.startswith("demo")), key=_demo_number)
         if not names:
             raise UserError(f"{path}: no demo_N groups under 'data'")
-        return [_read_demo(path, data[name], name, env_name) for name in names]
+        return [_read_demo(path, data[name], name, env_name, robot) for name in names]
 
 
-def _read_demo(path: Path, group: h5py.Group, name: str, env_name: str) -> SeedDemo:
+def _read_demo(path: Path, group: h5py.Group, name: str, env_name: str, robot: str) -> SeedDemo:
     if not isinstance(group, h5py.Group):
         raise UserError(
             f"{path}: data/{name}: expected a group holding 'states' and 'actions', got a dataset"
@@ -75,6 +78,7 @@ def _read_demo(path: Path, group: h5py.Group, name: str, env_name: str) -> SeedD
         states=states,
         actions=actions,
         fixture_poses=_fixture_poses(path, group, name),
+        robot=robot,
     )
 
 
@@ -106,6 +110,34 @@ def _env_name(attrs) -> str:
         except (TypeError, ValueError):
             return ""
     return str(attrs.get("env", ""))
+
+
+def _robot(path: Path, attrs) -> str:
+    """The robot that recorded the file: robosuite's `env_info` or robomimic's `env_args`.
+
+    Panda when neither says: robosuite's collection scripts and robomimic's datasets default
+    to it, and files older than `env_info` (robosuite < 1.0) were all recorded with it.
+    """
+    for key, inner in (("env_info", ()), ("env_args", ("env_kwargs",))):
+        if key not in attrs:
+            continue
+        try:
+            info = json.loads(attrs[key])
+            for name in inner:
+                info = info.get(name, {})
+            robots = info.get("robots")
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if isinstance(robots, list) and len(robots) == 1:
+            robots = robots[0]
+        if isinstance(robots, str) and robots:
+            return robots
+        if robots:
+            raise UserError(
+                f"{path}: data.attrs[{key!r}]: recorded with robots {robots!r}; "
+                "expected one single-arm robot"
+            )
+    return "Panda"
 
 
 def _demo_number(name: str) -> tuple[int, str]:

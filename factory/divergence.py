@@ -75,7 +75,7 @@ def replay(
     scene.set_physics(draw)
     fixtures = provenance.get("fixtures", first_demo.fixture_poses)
     placement = Placement.from_json(provenance["placement"])
-    scene.reset_to(first_demo.demo.states[0], placement, fixtures=fixtures)
+    scene.reset_to(first_demo.start_state, placement, fixtures=fixtures)
     states = np.empty((len(actions), scene.state_size))
     held, t = len(actions) >= hold, 0
     try:

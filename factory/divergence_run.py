@@ -26,7 +26,7 @@ import yaml
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from factory.annotate import annotate_demo
+from factory.cross_robot import annotate_seed
 from factory.demos import load_seed_demos
 from factory.divergence import divergence_draws, replay, score_episode
 from factory.divergence_report import summarize_divergence
@@ -40,6 +40,7 @@ from factory.spec_sections import PhysicsSpec
 from shards import DatasetError, save_episodes
 from shards.export_source import load_source, read_episodes
 from shards.format import dumps_json, write_text_atomic
+from shards.journal import journal_path
 from shards.metadata import EpisodeRecord
 
 # The spec parts a replay depends on: the model (task, scene, objects, the seed robosuite
@@ -106,6 +107,11 @@ def check_dataset_spec(dataset: Path, spec: SceneSpec) -> dict:
             f"{dataset}: no {GENERATION_FILENAME}: not a generated dataset (seed demos?); "
             "expected the output of `factory run`"
         )
+    if journal_path(dataset).exists():  # its generation.json is not the whole story yet
+        raise UserError(
+            f"{dataset}: {journal_path(dataset).name} holds shards of an unfinished `factory run`; "
+            "run the same command again to finish it first"
+        )
     return info
 
 
@@ -113,7 +119,8 @@ def first_seed_demo(spec: SceneSpec, scene: Scene) -> AnnotatedDemo:
     """The demo every attempt starts from (generation resets to its first state)."""
     if not spec.seed_demos:
         raise SpecError(spec.path, "seed_demos", "the first seed demo is every episode's start")
-    return annotate_demo(scene, load_seed_demos(spec.resolve_path(spec.seed_demos[0]))[0])
+    first = load_seed_demos(spec.resolve_path(spec.seed_demos[0]))[0]
+    return annotate_seed(scene, first, {})
 
 
 def score_dataset(

@@ -32,6 +32,7 @@ from shards.format import (
     STATS_FILENAME,
     read_json_file,
 )
+from shards.journal import JOURNAL_FILENAME, apply_journal, journal_path, read_journal
 
 if TYPE_CHECKING:  # this module stays light: `verify` and `inspect` use it without robosuite
     from factory.pipeline import ShardResult, ShardTask
@@ -94,7 +95,7 @@ def _holds_nothing(out_dir: Path) -> bool:
 def _looks_like_ours(out_dir: Path) -> bool:
     return any(
         (out_dir / name).exists()
-        for name in (MANIFEST_FILENAME, GENERATION_FILENAME, EPISODES_FILENAME)
+        for name in (MANIFEST_FILENAME, GENERATION_FILENAME, EPISODES_FILENAME, JOURNAL_FILENAME)
     )
 
 
@@ -128,20 +129,32 @@ def check_output_dir(out_dir: Path, spec: SceneSpec, truncate: bool = False) -> 
             f"{str(info.get('spec_fingerprint'))[:12]}; this spec: {spec.fingerprint()[:12]}); "
             "choose another --out or remove it"
         )
+    have, want = info.get("shard_layout", "step"), spec.output.shard_layout
+    if have != want:  # `output` is not in the fingerprint: one dataset, one layout all the same
+        raise UserError(
+            f"{out_dir}: its shards are in the {have} layout and this run would add {want} "
+            f"shards; pass --shard-layout {have} (or set output.shard_layout: {have}) to resume "
+            "it, or choose another --out"
+        )
     return True
 
 
-def load_generation(out_dir: Path) -> dict:
-    """DIR/generation.json (per shard: attempts, successes, episodes); empty when missing.
+def load_generation(out_dir: Path, with_journal: bool = True) -> dict:
+    """DIR/generation.json (per shard: attempts, successes, episodes) with the records of
+    DIR/journal.jsonl applied (unless `with_journal` is False; shards.journal); empty when
+    missing.
 
     Malformed content raises DatasetError naming the file.
     """
     path = out_dir / GENERATION_FILENAME
     if not path.exists():
-        return {"shards": {}}
-    data = read_json_file(path)
-    if not isinstance(data, dict) or not isinstance(data.get("shards"), dict):
-        raise DatasetError(f"{path}: expected an object with a 'shards' object")
+        data = {"shards": {}}
+    else:
+        data = read_json_file(path)
+        if not isinstance(data, dict) or not isinstance(data.get("shards"), dict):
+            raise DatasetError(f"{path}: expected an object with a 'shards' object")
+    if with_journal:
+        apply_journal(data["shards"], read_journal(out_dir), lambda record: record.generation)
     return data
 
 
@@ -154,13 +167,17 @@ def task_named(tasks: Sequence[ShardTask], name: str) -> ShardTask | None:
 
 
 def repair_records(out_dir: Path, warn: Callable[[str], None]) -> None:
-    """Set aside a malformed manifest.json or generation.json (kept as NAME.corrupt-TIME), and
-    say so.
+    """Set aside a malformed manifest.json, generation.json or journal.jsonl (kept as
+    NAME.corrupt-TIME), and say so.
 
     Without them the shards they listed are redone, with the same bytes (shards are
     deterministic), which is the repair; the user's copy is kept for a look.
     """
-    for name, load in ((MANIFEST_FILENAME, load_manifest), (GENERATION_FILENAME, load_generation)):
+    for name, load in (
+        (MANIFEST_FILENAME, lambda d: load_manifest(d, with_journal=False)),
+        (GENERATION_FILENAME, lambda d: load_generation(d, with_journal=False)),
+        (JOURNAL_FILENAME, lambda d: all(read_journal(d))),
+    ):
         try:
             load(out_dir)
         except (DatasetError, UnicodeDecodeError) as err:
@@ -259,8 +276,10 @@ def shard_prefix(
 
 
 def clear_dataset(out_dir: Path) -> None:
-    """Remove a dataset's files (the manifest first: it is the commit point); other files stay."""
+    """Remove a dataset's files (the manifest and its journal first: they are the commit point);
+    other files stay."""
     (out_dir / MANIFEST_FILENAME).unlink(missing_ok=True)
+    journal_path(out_dir).unlink(missing_ok=True)
     for pattern in ("shard-*.tar", "shard-*.stats.json"):  # shards and their statistics
         for path in shards_dir(out_dir).glob(pattern):
             path.unlink()

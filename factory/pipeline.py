@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from factory.adapters import appearance_params, mimicgen_params
-from factory.annotate import annotate_demo
+from factory.cross_robot import annotate_seed
 from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
 from factory.failures import KEEP_PER_SHARD, save_failures
@@ -37,11 +37,12 @@ from factory.language import episode_language, paint_objects
 from factory.physics import PhysicsDraw, draw_physics, physics_rng
 from factory.records import AnnotatedDemo, Attempt
 from factory.render import FrameRenderer
+from factory.shard_output import shard_output
 from factory.sim import ACTION_LAYOUT, Scene
 from factory.spec import SceneSpec
 from generators.appearance import AppearanceDraw, AppearanceRandomizer, variant_rng
 from generators.mimicgen import AttemptPlan, attempt_seed, failure_phase, generate_attempt
-from shards import Episode, EpisodeRecord, ShardInfo, shard_name, shards_dir, write_shard
+from shards import Episode, EpisodeRecord, ShardInfo, shard_name, write_shard
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def plan_shards(spec: SceneSpec) -> ShardPlan:
 
 def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
     """Load every seed demo of the spec and annotate it in `scene` (raises UserError)."""
-    demos = []
+    demos, others = [], {}  # others: a scene per other robot that recorded demos
     for i, rel in enumerate(spec.seed_demos):
         path = spec.resolve_path(rel)
         if not path.is_file():
@@ -134,7 +135,7 @@ def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
                     f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
                     f"{width} ({layout}) for {spec.task.controller}"
                 )
-        demos.extend(annotate_demo(scene, demo) for demo in loaded)
+        demos.extend(annotate_seed(scene, demo, others) for demo in loaded)
     return demos
 
 
@@ -301,16 +302,21 @@ class ShardWorker:
         self._bank_loaded = True
 
     def run_shard(
-        self, task: ShardTask, out_dir: Path, on_attempt: Callable[[bool], None] | None = None
+        self,
+        task: ShardTask,
+        out_dir: Path | str,
+        on_attempt: Callable[[bool], None] | None = None,
     ) -> ShardResult:
-        """Generate, render and write one shard; returns its summary.
+        """Generate, render and write one shard to `out_dir` (a directory, or a store's URL);
+        returns its summary.
 
         `successes` counts successful attempts (physical trajectories); each one gives
         K episodes, one per appearance variant.
         """
         start = time.perf_counter()
-        self.load_bank(out_dir)
-        self.load_adr(out_dir)
+        output = shard_output(out_dir)  # a local directory, or staging for an object store
+        self.load_bank(output.local_dir)
+        self.load_adr(output.local_dir)
         episodes, failures, steps, successes, failed = [], Counter(), 0, 0, []
         subtasks = {
             str(i): {"reached": 0, "failed": 0, "retries": 0}
@@ -332,10 +338,9 @@ class ShardWorker:
                     failed.append(attempt)
             if on_attempt is not None:
                 on_attempt(attempt.success)
-        directory = shards_dir(out_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        info = write_shard(episodes, directory, task.index)
-        save_failures(out_dir, task.index, failed)  # for `factory preview --failures`
+        info = write_shard(episodes, output.shards_dir(), task.index, self.spec.output.shard_layout)
+        kept = save_failures(output.local_dir, task.index, failed)  # `factory preview --failures`
+        output.publish(info.name, kept)
         return ShardResult(
             task=task,
             info=info,

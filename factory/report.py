@@ -8,6 +8,7 @@ from factory.divergence_report import format_divergence, summarize_divergence
 from factory.errors import UserError
 from factory.output_dir import GENERATION_FILENAME, load_generation
 from shards import load_dataset_info, load_episodes, load_manifest
+from shards.shard_layout import dataset_shard_layout
 
 
 def summarize(dataset_dir: Path) -> dict:
@@ -58,6 +59,7 @@ def summarize(dataset_dir: Path) -> dict:
         "steps": manifest.total_samples,
         "shards": len(manifest.shards),
         "bytes": manifest.total_bytes,
+        "shard_layout": dataset_shard_layout(info),
         "cameras": [f"{c['name']} {c['width']}x{c['height']}" for c in info["cameras"]],
         "wall_s": generation.get("wall_s", 0.0),
         # `factory divergence` scores (or generation.robustness's), when episodes carry them
@@ -108,7 +110,11 @@ def format_summary(summary: dict) -> str:
         ("retries", str(summary["retries"])),
         ("episodes", str(summary["episodes"])),
         ("steps", str(summary["steps"])),
-        ("shards", f"{summary['shards']}  ({_human_bytes(summary['bytes'])})"),
+        (
+            "shards",
+            f"{summary['shards']}  ({_human_bytes(summary['bytes'])}, "
+            f"one sample a{'n episode' if summary['shard_layout'] == 'episode' else ' step'})",
+        ),
         ("cameras", ", ".join(summary["cameras"]) or "none (low-dimensional)"),
         ("wall time", f"{summary['wall_s']:.1f} s"),
     ]

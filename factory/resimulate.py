@@ -36,7 +36,7 @@ def resimulate(
     scene.set_physics(recorded_physics(provenance) if draw == "recorded" else draw)
     fixtures = provenance.get("fixtures", first_demo.fixture_poses)
     placement = Placement.from_json(provenance["placement"])
-    scene.reset_to(first_demo.demo.states[0], placement, fixtures=fixtures)
+    scene.reset_to(first_demo.start_state, placement, fixtures=fixtures)
     states = np.empty((len(actions), scene.state_size))
     for t, action in enumerate(actions):
         states[t] = scene.get_state()

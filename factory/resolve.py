@@ -127,10 +127,6 @@ def _check_names(spec: SceneSpec) -> None:
             "task.env",
             f"unknown robosuite env {spec.task.env!r} (expected one of: {', '.join(envs)})",
         )
-    robots = sorted(robosuite.ALL_ROBOTS)
-    if spec.task.robot not in robots:
-        raise SpecError(
-            spec.path,
-            "task.robot",
-            f"unknown robot {spec.task.robot!r} (expected one of: {', '.join(robots)})",
-        )
+    from factory.robots import check_robot
+
+    check_robot(spec.path, spec.task.robot)

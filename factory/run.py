@@ -4,9 +4,9 @@
     process resolves the spec and loads the seed demos (nothing written before both succeed)
     ──► lock DIR/.lock (one driver per directory) ──► dataset_info.json
     ──► skip shards already in the manifest with a matching checksum
-    ──► ShardCluster.run ──► per finished shard: generation.json, then manifest.json (commit point;
-        commits are spaced once they get expensive, see DatasetRecorder)
-    ──► episodes.jsonl, stats.json
+    ──► ShardCluster.run ──► per finished shard: a line appended to journal.jsonl (the commit
+        point; factory.recorder), its statistics merged from its sidecar
+    ──► generation.json, episodes.jsonl, manifest.json (the journal folded in), stats.json
 
 A failed write (disk full, read-only) is one line naming the file and the errno text;
 shards already listed stay listed, and re-running the same command resumes.
@@ -21,16 +21,15 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from factory.adapters import texture_bank_params
-from factory.errors import DatasetWriteError, SpecError, UserError
+from factory.errors import USER_FACING_ERRORS, DatasetWriteError, SpecError, UserError
 from factory.output_dir import (
-    GENERATION_FILENAME,
     LOCK_FILENAME,
     SEEDS_SOURCE,
     check_output_dir,
@@ -45,6 +44,7 @@ from factory.output_dir import (
 )
 from factory.pipeline import ShardResult, ShardTask, plan_shards, result_from_json
 from factory.progress import ProgressState, RunProgress
+from factory.recorder import DatasetRecorder
 from factory.resolve import Resolved, resolve_spec
 from factory.sim import ACTION_LAYOUT, PROPRIO_LAYOUT
 from factory.spec import SceneSpec
@@ -52,30 +52,20 @@ from factory.worker_factory import ShardWorkerFactory
 from generators.texture_bank import ensure_texture_bank
 from shards import (
     DatasetError,
-    Manifest,
-    compute_stats,
+    ShardInfo,
     load_manifest,
     save_dataset_info,
-    save_episodes,
-    save_manifest,
-    save_stats,
     shards_dir,
     verify_shard,
 )
-from shards.format import (
-    EPISODES_FILENAME,
-    MANIFEST_FILENAME,
-    STATS_FILENAME,
-    dumps_json,
-    write_text_atomic,
-)
 from shards.metadata import camera_entry
-from shards.stats import sidecar_path
+from shards.store import is_remote
 
 if (
     TYPE_CHECKING
 ):  # ray is imported by the commands that start a cluster, not by every user of this module
     from cluster.runner import ClusterConfig, ShardCluster
+    from factory.stored_run import StoredDataset
 
 GPUS_ENV = "DEMOFACTORY_GPUS_PER_WORKER"
 
@@ -108,15 +98,28 @@ def dataset_info(spec: SceneSpec, state_size: int) -> dict:
         },
         "sim_state": {"dim": state_size, "layout": "time, qpos, qvel (MuJoCo, flattened)"},
         "instructions": list(spec.instructions),
-        "sample_keys": [
-            "<camera>.jpg",
-            "<camera>_depth.png (cameras with depth)",
-            "<camera>_seg.png (cameras with segmentation)",
-            "action.npy",
-            "state.npy",
-            "sim_state.npy",
-            "meta.json",
-        ],
+        "shard_layout": spec.output.shard_layout,  # shards.shard_layout
+        "sample_keys": (
+            [
+                "<camera>.jpg",
+                "<camera>_depth.png (cameras with depth)",
+                "<camera>_seg.png (cameras with segmentation)",
+                "action.npy",
+                "state.npy",
+                "sim_state.npy",
+                "meta.json",
+            ]
+            if spec.output.shard_layout == "step"
+            else [
+                "t<step>.<camera>.jpg",
+                "t<step>.<camera>_depth.png (cameras with depth)",
+                "t<step>.<camera>_seg.png (cameras with segmentation)",
+                "action.npy [T, A]",
+                "state.npy [T, S]",
+                "sim_state.npy [T, N]",
+                "episode.json",
+            ]
+        ),
         "versions": versions,
         "spec_fingerprint": spec.fingerprint(),
         "spec": spec.model_dump(mode="json"),
@@ -131,12 +134,17 @@ def _version(pkg: str) -> str:
 
 
 def finished_results(
-    out_dir: Path, tasks: Sequence[ShardTask], verify: bool = True
+    out_dir: Path,
+    tasks: Sequence[ShardTask],
+    verify: bool = True,
+    shard_ok: Callable[[ShardInfo], bool] | None = None,
 ) -> dict[str, ShardResult]:
     """Shards already done: in the manifest, checksum matching, same attempts as planned.
 
-    verify=False skips the checksums (a quick look: what is left to do, at most).
+    verify=False skips the checksums (a quick look: what is left to do, at most). `shard_ok`
+    replaces the local checksum test (a stored dataset's: the store holds it at its size).
     """
+    shard_ok = shard_ok or (lambda info: verify_shard(out_dir, info))
     listed, generation = load_manifest(out_dir).by_name(), load_generation(out_dir)
     done = {}
     for name, info in listed.items():  # not every planned task: a plan may hold millions
@@ -144,111 +152,9 @@ def finished_results(
         if task is None or entry is None:
             continue
         planned = [task.attempt_ids[0], task.attempt_ids[-1] + 1]
-        if entry.get("attempt_ids") == planned and (not verify or verify_shard(out_dir, info)):
+        if entry.get("attempt_ids") == planned and (not verify or shard_ok(info)):
             done[task.name] = result_from_json(task, info, entry)
     return done
-
-
-class DatasetRecorder:
-    """Driver-side bookkeeping: finished shards are entered in generation.json, then the manifest.
-
-    A commit rewrites both files whole, so its cost grows with the dataset; commits are
-    spaced to keep that under ~5% of the driver's time (every shard, until a commit takes
-    longer than a few milliseconds). Shards finished but not yet committed when the driver
-    dies are simply redone on resume.
-    """
-
-    COMMIT_COST_SHARE = 0.05  # at most this share of wall time spent rewriting generation/manifest
-
-    def __init__(self, out_dir: Path, results: dict[str, ShardResult], clock=time.monotonic):
-        self.out_dir, self.results, self._clock = out_dir, dict(results), clock
-        self._extra = {k: v for k, v in load_generation(out_dir).items() if k != "shards"}
-        self._pending, self._last_commit, self._commit_s = 0, float("-inf"), 0.0
-
-    @property
-    def manifest(self) -> Manifest:
-        return Manifest(tuple(r.info for r in self.results.values()))
-
-    def record(self, result: ShardResult) -> None:
-        self.results[result.task.name] = result
-        self._pending += 1
-        self.maybe_commit()
-
-    def maybe_commit(self) -> None:
-        """Commit what is pending unless the last commit was too recent (see the class doc)."""
-        if (
-            self._pending
-            and self._clock() - self._last_commit >= self._commit_s / self.COMMIT_COST_SHARE
-        ):
-            self.commit()
-
-    def commit(self) -> None:
-        """Write generation.json, then manifest.json (last: a shard counts only once listed
-        there)."""
-        if not self._pending:
-            return
-        start = self._clock()
-        self._save_generation()
-        self._save(MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest))
-        self._pending, self._last_commit = 0, self._clock()
-        self._commit_s = self._last_commit - start
-
-    def _save_generation(self, wall_s: float | None = None) -> None:
-        if wall_s is not None:
-            self._extra["wall_s"] = round(self._extra.get("wall_s", 0.0) + wall_s, 3)
-        data = {
-            **self._extra,
-            "shards": {name: r.to_json() for name, r in sorted(self.results.items())},
-        }
-        path = self.out_dir / GENERATION_FILENAME
-        self._save(GENERATION_FILENAME, lambda: write_text_atomic(path, dumps_json(data, indent=2)))
-
-    def _save(self, name: str, write) -> None:
-        try:
-            write()
-        except OSError as err:
-            text = f"[Errno {err.errno}] {err.strerror}" if err.errno else str(err)
-            raise DatasetWriteError(
-                f"{self.out_dir / name}: cannot write: {text}; "
-                "shards listed in manifest.json are kept: "
-                "fix this and run the same command again to resume"
-            ) from None
-
-    def prefix_for(self, target: int | None, tasks: list[ShardTask]) -> list[ShardTask] | None:
-        """`shard_prefix` of the shards recorded so far."""
-        return shard_prefix(self.results, target, tasks)
-
-    def keep_only(self, kept: Sequence[ShardTask], held: set[str] = frozenset()) -> None:
-        """Drop shards finished by this run past a "generate until N" prefix, from the records and
-        the disk; shards in `held` (there before the run) stay."""
-        names = {t.name for t in kept} | held
-        self.discard([n for n in self.results if n not in names])
-
-    def discard(self, names: Sequence[str]) -> None:
-        """Unlist shards (manifest, then generation.json), then remove their files."""
-        for name in names:
-            self.results.pop(name, None)
-        self._save(
-            MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest)
-        )  # unlisted first
-        self._save_generation()
-        for name in names:
-            (shards_dir(self.out_dir) / name).unlink(missing_ok=True)
-            sidecar_path(shards_dir(self.out_dir) / name).unlink(missing_ok=True)
-
-    def finish(self, wall_s: float) -> None:
-        """Write episodes.jsonl and stats.json from every finished shard."""
-        self._save_generation(wall_s)
-        self._save(MANIFEST_FILENAME, lambda: save_manifest(self.out_dir, self.manifest))
-        self._pending = 0
-        records = [e for r in self.results.values() for e in r.episodes]
-        self._save(EPISODES_FILENAME, lambda: save_episodes(self.out_dir, records))
-        # the workers' per-shard statistics, merged: one small file per shard (shards.stats)
-        checksums = {info.name: info.sha256 for info in self.manifest.shards if info.samples > 0}
-        extra = {"episodes": len(records), "transitions": sum(e.length for e in records)}
-        if checksums:
-            stats = compute_stats(self.out_dir, list(checksums), checksums=checksums)
-            self._save(STATS_FILENAME, lambda: save_stats(self.out_dir, stats, extra))
 
 
 def _remove_stale_temporaries(out_dir: Path) -> None:
@@ -306,13 +212,14 @@ def gpus_per_worker(spec: SceneSpec) -> float:
 
 def run_dataset(
     spec: SceneSpec,
-    out_dir: Path,
+    out_dir: Path | str,
     workers: int | None,
     address: str | None,
     show_progress: bool = True,
     truncate: bool = False,
-) -> None:
-    """Build (or resume) the dataset of `spec` in `out_dir` on Ray.
+) -> Path:
+    """Build (or resume) the dataset of `spec` in `out_dir` on Ray; returns the directory that
+    holds it (for a store's URL, its local copy: factory.stored_run).
 
     `workers` None: one per CPU of the cluster (the local one started, or the one at `address`).
     The cluster and its actors start while this process resolves the spec (builds the env,
@@ -322,9 +229,22 @@ def run_dataset(
     """
     from cluster.runner import ClusterConfig, ShardCluster
 
+    stored = None
+    if is_remote(str(out_dir)):  # the store checked first: a wrong URL costs no work
+        from factory.stored_run import StoredDataset
+
+        stored = StoredDataset(str(out_dir))
+        out_dir = stored.local
+    dest = stored.url if stored is not None else out_dir  # where workers put shards
     resuming = check_output_dir(out_dir, spec, truncate)  # a first look, to refuse early
     tasks = plan_shards(spec)
-    config = ClusterConfig(workers=workers, address=address, gpus_per_worker=gpus_per_worker(spec))
+    config = ClusterConfig(
+        workers=workers,
+        address=address,
+        gpus_per_worker=gpus_per_worker(spec),
+        worker_env=stored.worker_env() if stored is not None else {},
+        user_errors=USER_FACING_ERRORS,
+    )
     left = _shards_left(out_dir, spec, tasks, truncate) if resuming else len(tasks)
     with (
         ThreadPoolExecutor(1, thread_name_prefix="resolve") as pool,
@@ -333,7 +253,7 @@ def run_dataset(
         resolving = pool.submit(resolve_spec, spec)
         cluster = (
             stack.enter_context(
-                ShardCluster(ShardWorkerFactory(spec), out_dir, config, max_workers=left)
+                ShardCluster(ShardWorkerFactory(spec), dest, config, max_workers=left)
             )
             if left
             else None
@@ -351,8 +271,9 @@ def run_dataset(
             # Again, under the lock: another run may have written here since the first look.
             resuming = check_output_dir(out_dir, spec, truncate)
             _run_locked(
-                resolved, tasks, out_dir, resuming, truncate, config, cluster, show_progress
+                resolved, tasks, out_dir, resuming, truncate, config, cluster, show_progress, stored
             )
+    return out_dir
 
 
 def _shards_left(
@@ -387,8 +308,11 @@ def _run_locked(
     config: ClusterConfig,
     cluster: ShardCluster | None,
     show_progress: bool,
+    stored: StoredDataset | None = None,
 ) -> None:
     spec = resolved.spec
+    shard_ok = stored.shard_stored if stored is not None else None
+    sync = stored.sync if stored is not None else (lambda now=True: None)
     target = spec.generation.target_successes
     if (
         resuming and require_dataset_info(out_dir).get("source") == SEEDS_SOURCE
@@ -397,7 +321,7 @@ def _run_locked(
         resuming = False
     if resuming:
         repair_records(out_dir, lambda line: print(f"warning: {line}", file=sys.stderr))
-    done = finished_results(out_dir, tasks) if resuming else {}
+    done = finished_results(out_dir, tasks, shard_ok=shard_ok) if resuming else {}
     dropped = shards_dropped(out_dir, tasks, done, target) if resuming else []
     if dropped and not truncate:
         refuse_shrinking(
@@ -422,6 +346,9 @@ def _run_locked(
     recorder = DatasetRecorder(out_dir, done)
     if dropped:  # --truncate: unlisted first, then removed
         recorder.discard(dropped)
+        if stored is not None:
+            sync()
+            stored.remove_shards(dropped)
     held = set(recorder.results) if not truncate else set()  # never dropped by the prefix below
     left = len(tasks) - len(recorder.results)
     todo = (t for t in tasks if t.name not in recorder.results)  # lazily: a plan may hold millions
@@ -443,18 +370,23 @@ def _run_locked(
         )
 
         def on_result(result: ShardResult) -> None:
+            if stored is not None:  # the worker put it in the store; its statistics come here
+                stored.fetch_sidecar(result.info)
             recorder.record(result)
             progress.shard_done(result)
 
         def should_stop() -> bool:  # asked between shards, a few times a second
             recorder.maybe_commit()  # a deferred commit does not wait for the next shard
+            sync(now=False)  # a stored dataset: the commits so far, to the store
             return recorder.prefix_for(target, tasks) is not None
 
         if left and cluster is None:  # the quick look missed a damaged shard
             from cluster.runner import ShardCluster
 
             workers = ShardWorkerFactory(spec)
-            cluster = stack.enter_context(ShardCluster(workers, out_dir, config, max_workers=left))
+            dest = stored.url if stored is not None else out_dir
+            cluster = stack.enter_context(ShardCluster(workers, dest, config, max_workers=left))
+        sync()  # dataset_info, the texture bank, ADR: in the store before a worker needs them
         try:
             if left:
                 cluster.run(
@@ -467,12 +399,18 @@ def _run_locked(
                     on_warning=progress.warn,
                 )
         except BaseException:
-            with contextlib.suppress(DatasetWriteError):  # the first error is the one to report
-                recorder.commit()  # shards that finished before the error (or Ctrl-C) stay listed
+            with contextlib.suppress(DatasetWriteError, DatasetError):  # the first error is
+                recorder.commit()  # reported; shards finished before it (or Ctrl-C) stay listed
+                sync()
             raise
         recorder.commit()
     kept = recorder.prefix_for(target, tasks)
     if kept is not None:
+        before = set(recorder.results)
         recorder.keep_only(kept, held)
+        if stored is not None:  # unlisted in the store first, then its objects removed
+            sync()
+            stored.remove_shards(before - set(recorder.results))
     _remove_stale_temporaries(out_dir)  # left by workers killed during this run
     recorder.finish(time.perf_counter() - start)
+    sync()

@@ -113,7 +113,7 @@ def write_seed_dataset(resolved: Resolved, out_dir: Path) -> dict:
     finally:
         renderer.close()
     manifest = write_dataset(
-        out_dir, episodes, info
+        out_dir, episodes, info, layout=spec.output.shard_layout
     )  # the manifest last: the dataset counts once listed
     return {
         "out": str(out_dir),

@@ -66,14 +66,17 @@ def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     )
 
 
-def _fast_stepper(env):
-    from factory.fast_step import FastStepper, Unsupported
+def _fast_stepper(env) -> tuple[object | None, str]:
+    """(a FastStepper, "") or (None, why robosuite's env.step is used instead)."""
+    from factory.fast_step import FastStepper, Unsupported, check_against_env_step
 
     try:
-        return FastStepper(env)
+        stepper = FastStepper(env)
+        check_against_env_step(env, stepper)
+        return stepper, ""
     except Unsupported as why:
         logging.getLogger(__name__).info("robosuite env.step is used: %s", why)
-        return None
+        return None, str(why)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ class Scene:
         self.env.reset()
         self.model: mujoco.MjModel = self.env.sim.model._model
         self.data: mujoco.MjData = self.env.sim.data._data
+        from factory.robots import release_base_contacts  # a robot resting a link on its base
+
+        self.released_contacts = release_base_contacts(self.model, self.data)
         robot = self.env.robots[0]
         self._arm = robot.part_controllers[robot.arms[0]]
         self._gripper = robot.gripper[robot.arms[0]]
@@ -153,7 +159,12 @@ class Scene:
             for r in sorted({self._root(b) for b in named if not self._is_free(b)})
             if r not in self._fixture_roots
         }
-        self._fast = _fast_stepper(self.env) if spec.task.fast_control else None
+        # fast_control_note: why steps take robosuite's env.step ("" when they take FastStepper).
+        self._fast, self.fast_control_note = (
+            _fast_stepper(self.env)
+            if spec.task.fast_control
+            else (None, "task.fast_control: false")
+        )
         self.physics = self._make_physics()
 
     def _make_physics(self) -> ScenePhysics:

@@ -33,7 +33,12 @@ class TaskSpec(_Strict):
     """The robosuite task: environment, robot, controller, episode length and success."""
 
     env: str = Field(description='robosuite environment name, e.g. "Lift", "Stack", "Door".')
-    robot: str = Field("Panda", description="robosuite robot name (single arm).")
+    robot: str = Field(
+        "Panda",
+        description="robosuite robot: one fixed-base arm whose gripper has finger pads (Panda, "
+        "Sawyer, IIWA, UR5e, Kinova3, Jaco). Seed demos of any of them are carried over through "
+        "each gripper's grasp frame, whichever robot recorded them.",
+    )
     controller: Literal["OSC_POSE"] = Field(
         "OSC_POSE", description="Arm controller; generation emits delta end-effector poses."
     )
@@ -498,6 +503,12 @@ class OutputSpec(_Strict):
 
     dir: str | None = Field(
         None, description="Output folder, relative to the working directory; null: out/<name>."
+    )
+    shard_layout: Literal["step", "episode"] = Field(
+        "step",
+        description="Samples in a shard: `step`, one WebDataset sample a time step; `episode`, "
+        "one an episode ([T, ...] arrays, per-step JPEGs), ~10x fewer bytes a step without "
+        "cameras. Every reader reads both as the same steps (shards.shard_layout).",
     )
 
 

@@ -290,7 +290,7 @@ def start_state(resolved: Resolved) -> StartState:
     placing objects."""
     first = resolved.demos[0]
     return StartState(
-        first.demo.states[0], {name: poses[0][:2, 3] for name, poses in first.object_poses.items()}
+        first.start_state, {name: poses[0][:2, 3] for name, poses in first.object_poses.items()}
     )
 
 

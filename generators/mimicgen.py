@@ -159,7 +159,7 @@ def generate_attempt(
     retries = [0] * len(params.subtasks)
     provenance: dict = {"placement": placement.to_json(), "sources": []}
     try:
-        scene.reset_to(demos[0].demo.states[0], placement, fixtures=demos[0].fixture_poses)
+        scene.reset_to(demos[0].start_state, placement, fixtures=demos[0].fixture_poses)
         if scene.has_redrawn_fixtures:
             provenance["fixtures"] = (
                 scene.fixture_poses()

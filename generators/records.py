@@ -30,6 +30,8 @@ class SeedDemo:
     # Poses of fixtures robosuite re-draws at reset (body -> [x, y, z, qw, qx, qy, qz]) when the
     # file records them (`factory script` does; human demos do not): see `Scene.reset`.
     fixture_poses: Mapping[str, Sequence[float]] | None = None
+    # The robosuite robot that recorded it (the states are of a model built with it).
+    robot: str = "Panda"
 
     @property
     def length(self) -> int:
@@ -44,7 +46,8 @@ class SeedDemo:
 class AnnotatedDemo:
     """A seed demo replayed in the current simulator, ready to be re-targeted.
 
-    eef_poses: [T, 4, 4] end-effector (grip site) poses.
+    eef_poses: [T, 4, 4] end-effector (grip site) poses of the generation robot (a demo of
+        another robot: its grasp frame's poses carried over, `factory.grasp_frame`).
     object_poses: spec object name -> [T, 4, 4] body poses.
     gripper: [T] gripper command per step (the demo's last action dimension).
     subtask_ends: per subtask (spec index), the step at which it ends in this demo: one past
@@ -65,6 +68,14 @@ class AnnotatedDemo:
     # Per subtask (spec index): where its segment starts. Empty: where the previous one ended.
     # Later than that when the person was still busy with an object of no concern to this subtask.
     subtask_starts: tuple[int, ...] = ()
+    # [N] where generation starts, in the generation model, when that is not the demo's first
+    # state: a demo of another robot (objects as recorded, the robot at its own home pose).
+    start: np.ndarray | None = None
+
+    @property
+    def start_state(self) -> np.ndarray:
+        """[N] the state generation resets to (in the model of the scene it was annotated for)."""
+        return self.demo.states[0] if self.start is None else self.start
 
     def segment(self, position: int) -> tuple[int, int]:
         """[start, end) of the `position`-th subtask in this demo's order."""

@@ -11,7 +11,8 @@ A dataset directory holds::
 Inside a shard there is one WebDataset sample per time step, keyed
 ``e00000042_t0007``; its members are ``<key>.<camera>.jpg`` (one per camera),
 ``<key>.action.npy``, ``<key>.state.npy``, ``<key>.sim_state.npy`` and
-``<key>.meta.json``, and for the cameras that ask for them:
+``<key>.meta.json`` (or one sample per episode: `shards.shard_layout`, which every reader
+expands back into these steps), and for the cameras that ask for them:
 
 - ``<key>.<camera>_depth.png``: metric depth, a 16-bit grayscale PNG [H, W] in
   millimetres (``DEPTH_SCALE_M`` metres per unit, so 0.5 mm precision after

@@ -4,7 +4,8 @@
       -> ShardTask(url, part, parts): this rank/worker's shards             split_shards
                                                                             | resample_shards
       -> Member(task, name, data): the wanted tar members, in tar order,
-         read by the strict reader (shards.tario)                           read_members
+         read by the strict reader (shards.tario); an episode-layout
+         shard's samples expanded to steps (shards.shard_layout)            read_members
       -> RawSample(task, key, members): one time step                       group_samples
       -> RawEpisode(task, ordinal, samples): one whole episode, checked     group_episodes
       -> RawEpisode: only this split's part of each shard                   select_episodes
@@ -319,7 +320,8 @@ def make_loader(
 ) -> ShardDataset:
     """A `ShardDataset` over `source`; wrap it in `torch.utils.data.DataLoader`.
 
-    source:         a dataset directory (its manifest.json lists the shards), a shard path or
+    source:         a dataset directory (its manifest.json lists the shards) or the URL of one
+                    in object storage (s3://bucket/prefix: shards streamed), a shard path or
                     URL, a brace pattern (``DIR/shards/shard-{000000..000003}.tar``), or a
                     list of those
     cameras:        cameras to decode, in order; None: those of dataset_info.json (else every .jpg)
@@ -361,7 +363,9 @@ def make_loader(
     infos = {}
     if (
         counts and root is not None
-    ):  # a dataset directory: its manifest says what each shard must be
+    ):  # a dataset directory: its manifest says what each shard must be (a stored dataset's
+        # shards are not among these URLs: checking their sha256 would read each twice over the
+        # network; their sample counts are still checked as they are read)
         infos = {str(shards_dir(root) / info.name): info for info in load_manifest(root).shards}
     return ShardDataset(
         urls, config, Normalizer(normalization, loaded), shard_samples=counts, shard_infos=infos
@@ -380,6 +384,8 @@ def resolve_shards(
         if not _has_scheme(os.fspath(source)) and Path(source).is_dir():
             counts = _manifest_counts(Path(source))
             return list(counts), Path(source), counts
+        if _is_dataset_url(os.fspath(source)):  # s3://bucket/prefix: its small files pulled,
+            return _stored_dataset(os.fspath(source))  # its shards streamed from the store
         sources = [source]
     else:
         sources = list(source)
@@ -402,6 +408,26 @@ def _manifest_counts(dataset_dir: Path) -> dict[str, int]:
     if not counts:
         raise DatasetError(f"{dataset_dir}: manifest.json lists no shard with samples")
     return counts
+
+
+def _is_dataset_url(url: str) -> bool:
+    # A URL that names a folder (no brace pattern, not a .tar) is a stored dataset's root.
+    return _has_scheme(url) and not url.endswith(".tar") and "{" not in url
+
+
+def _stored_dataset(url: str) -> tuple[list[str], Path, dict[str, int]]:
+    """A dataset in object storage: its manifest, dataset_info and stats read from a local copy
+    (shards.remote.pull_metadata), its shards' URLs in the store."""
+    from shards.remote import pull_metadata
+    from shards.store import Store
+
+    store = Store(url)
+    local = pull_metadata(store)
+    counts = {
+        store.url_of(f"{SHARDS_DIRNAME}/{Path(path).name}"): n
+        for path, n in _manifest_counts(local).items()
+    }
+    return list(counts), local, counts
 
 
 def _has_scheme(url: str) -> bool:

@@ -1,8 +1,9 @@
 """The manifest: one entry a finished shard (name, samples, episodes, bytes, sha256).
 
 A shard in the manifest whose file still matches its checksum is finished and
-is never redone on resume; ``DIR/manifest.json`` is rewritten atomically after
-each shard completes.
+is never redone on resume. The manifest is ``DIR/manifest.json`` (a snapshot, written
+atomically) with the records of ``DIR/journal.jsonl`` applied (`shards.journal`): a running
+driver appends one line a finished shard, and rewrites manifest.json only at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from shards.format import (
     shards_dir,
     write_text_atomic,
 )
+from shards.journal import apply_journal, read_journal
 from shards.writer import ShardInfo, sha256_file
 
 
@@ -64,13 +66,24 @@ class Manifest:
         return sum(info.bytes for info in self.shards)
 
 
-def load_manifest(dataset_dir: Path) -> Manifest:
-    """Read ``DIR/manifest.json``; a missing file is an empty manifest.
+def load_manifest(dataset_dir: Path, with_journal: bool = True) -> Manifest:
+    """Read ``DIR/manifest.json`` and apply ``DIR/journal.jsonl`` (unless `with_journal` is
+    False); a missing file is an empty manifest, a missing journal no change.
 
     Malformed JSON, a schema version other than `SCHEMA_VERSION`, or a bad entry
     raise `DatasetError` naming the file.
     """
-    path = Path(dataset_dir) / MANIFEST_FILENAME
+    snapshot = _load_snapshot(Path(dataset_dir))
+    if not with_journal:
+        return snapshot
+    listed = apply_journal(
+        dict(snapshot.by_name()), read_journal(dataset_dir), lambda record: record.info
+    )
+    return Manifest(tuple(listed.values()))
+
+
+def _load_snapshot(dataset_dir: Path) -> Manifest:
+    path = dataset_dir / MANIFEST_FILENAME
     if not path.exists():
         return Manifest()
     document = read_json_file(path)

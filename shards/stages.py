@@ -23,7 +23,6 @@ import cv2
 import numpy as np
 import torch
 from PIL import Image
-from webdataset.gopen import gopen
 
 from shards.format import (
     ACTION_KEY,
@@ -34,11 +33,13 @@ from shards.format import (
     decode_segmentation_png,
 )
 from shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
+from shards.store import open_url
 from shards.tario import (  # noqa: F401 (group_samples: re-exported, a stage)
     Member,
     RawSample,
     ShardTask,
     group_samples,
+    iter_steps,
     iter_tar,
 )
 
@@ -165,17 +166,18 @@ def read_members(
 ) -> Iterator[Member]:
     """Tasks -> their shards' members whose suffix `wanted` accepts, in tar order.
 
-    URLs are opened with webdataset's `gopen` (paths, file:, pipe:, http(s):) and
-    read by `shards.tario.iter_tar`, which raises `TarFormatError` (a `DatasetError`)
-    for a corrupt or truncated tar. `expected` maps a URL to its sample count in the manifest, a
+    URLs are opened by `shards.store.open_url` (paths, file:, pipe:, http(s): with webdataset's
+    `gopen`; s3:, gs:, az: streamed through fsspec) and read by `shards.tario.iter_steps`
+    (either shard layout, as steps), which raises `TarFormatError` (a `DatasetError`) for a
+    corrupt or truncated tar. `expected` maps a URL to its sample count in the manifest, a
     second check that also catches a valid tar holding the wrong samples. `check(url)` runs
     before a shard is opened (the loader's: size and sha256 against the manifest).
     """
     for task in tasks:
         check(task.url)
         samples, last_key = 0, None
-        with gopen(task.url) as stream:
-            for name, data in iter_tar(stream, task.url):
+        with open_url(task.url) as stream:
+            for name, data in iter_steps(stream, task.url):
                 key, _, suffix = name.partition(".")
                 if key != last_key:
                     samples, last_key = samples + 1, key

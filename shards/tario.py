@@ -4,6 +4,8 @@
       -> 512-byte header blocks, checksum verified             _parse_header
       -> (name, data) per regular file; data padded to 512      iter_tar
       -> an all-zero block ends the archive; only zeros may follow it   _check_end
+    (name, data) -> (name, data) of the step layout, either shard layout
+       (`shards.shard_layout.expand_members`)                   iter_steps
     (name, data) of a shard's tar, tagged with its ShardTask
       -> Member(task, name, data)                              read_samples (stages.read_members)
       -> RawSample(task, key, members): adjacent members sharing
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from shards.format import DatasetError
+from shards.shard_layout import expand_members
 
 BLOCK = 512
 CHUNK = 1 << 16  # bytes read from the stream at a time; a larger member is read whole
@@ -115,6 +118,12 @@ def iter_tar(stream: BinaryIO, source: str) -> Iterator[tuple[str, bytes]]:
             raise _truncated(blocks, source, name, len(data), size)
         if kind in _REGULAR_TYPES:
             yield name, data
+
+
+def iter_steps(stream: BinaryIO, source: str) -> Iterator[tuple[str, bytes]]:
+    """`iter_tar`, with the samples of an episode-layout shard expanded into the step
+    layout's: what every reader of shards reads (`shards.shard_layout`)."""
+    return expand_members(iter_tar(stream, source), source)
 
 
 def _data(blocks: _Blocks, source: str, name: str, size: int) -> bytes:
@@ -214,7 +223,7 @@ def read_samples(
     with open(path, "rb") as stream:
         members = (
             Member(task, name, data)
-            for name, data in iter_tar(stream, task.url)
+            for name, data in iter_steps(stream, task.url)
             if wanted(name.partition(".")[2])
         )
         yield from group_samples(members)

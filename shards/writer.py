@@ -1,8 +1,9 @@
-"""Write one shard: whole episodes as WebDataset samples, one sample per time step.
+"""Write one shard: whole episodes as WebDataset samples, one a time step (or one an episode).
 
     episodes (sorted by index)
       -> a stream of (member name, bytes), per step: cameras' .jpg, depth and segmentation .png
          (cameras that have them), action/state/sim_state .npy, meta.json
+         (layout "episode": one sample an episode, `shards.shard_layout.episode_members`)
       -> tar members with fixed metadata (mtime 0, uid 0, mode 0o444)
       -> .shard-000003.tar.tmp-<pid>  --fsync, os.replace-->  shard-000003.tar
       -> its action/state partial statistics -> shard-000003.stats.json (`shards.stats`)
@@ -17,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,19 @@ from shards.format import (
     Episode,
     atomic_output,
     depth_member,
-    dumps_json,
     sample_key,
     segmentation_member,
     shard_name,
 )
 from shards.partial_stats import partial_stats
+from shards.shard_layout import (
+    EPISODE_LAYOUT,
+    STEP_LAYOUT,
+    check_shard_layout,
+    episode_members,
+    episode_meta,
+    step_meta_bytes,
+)
 from shards.stats import save_sidecar
 
 # Fixed tar header fields: nothing about when or by whom a shard was written
@@ -54,7 +62,7 @@ class ShardInfo:
     """What the manifest records about one finished shard.
 
     name:     file name inside ``DIR/shards`` (``shard-000003.tar``)
-    samples:  number of WebDataset samples (= time steps)
+    samples:  number of time steps (the step layout's WebDataset samples; in either layout)
     episodes: number of whole episodes
     bytes:    file size in bytes
     sha256:   hex digest of the file
@@ -91,23 +99,30 @@ class ShardInfo:
         return cls(**entry)
 
 
-def write_shard(episodes: Sequence[Episode], shards_dir: Path, shard_index: int) -> ShardInfo:
+def write_shard(
+    episodes: Sequence[Episode], shards_dir: Path, shard_index: int, layout: str = STEP_LAYOUT
+) -> ShardInfo:
     """Write `episodes` as ``shards_dir/shard-<shard_index>.tar``, atomically and reproducibly.
 
     Every episode must have ``episode.shard == shard_index`` and a distinct
     index; they are written whole, sorted by index. The shard appears under its
     final name only once complete; on failure nothing is left behind (a previous
     file of the same name is kept). An empty `episodes` writes a valid, empty tar.
+    `layout`: "step" (one sample a time step) or "episode" (one an episode,
+    `shards.shard_layout`); readers read both as steps.
 
-    Returns the `ShardInfo` of the written file, with the sha256 of its bytes.
+    Returns the `ShardInfo` of the written file, with the sha256 of its bytes;
+    its `samples` counts time steps in either layout.
     """
+    check_shard_layout(layout)
     ordered = _check_episodes(episodes, shard_index)
     path = Path(shards_dir) / shard_name(shard_index)
+    members = _shard_members if layout != EPISODE_LAYOUT else _episode_layout_members
     with (
         atomic_output(path) as f,
         tarfile.open(fileobj=f, mode="w", format=_TAR_FORMAT, encoding="utf-8") as tar,
     ):
-        for member, data in _shard_members(ordered):
+        for member, data in members(ordered):
             tar.addfile(_tar_info(member, len(data)), io.BytesIO(data))
     info = ShardInfo(
         name=path.name,
@@ -155,6 +170,7 @@ def _shard_members(episodes: Sequence[Episode]) -> Iterator[tuple[str, bytes]]:
     for ep in episodes:
         cameras = sorted(ep.images)
         depth, segmentation = sorted(ep.depth), sorted(ep.segmentation)
+        meta = episode_meta(ep)
         for t in range(ep.length):
             key = sample_key(ep.index, t)
             for camera in cameras:
@@ -166,29 +182,18 @@ def _shard_members(episodes: Sequence[Episode]) -> Iterator[tuple[str, bytes]]:
             yield f"{key}.{ACTION_KEY}.npy", _npy_bytes(ep.actions[t])
             yield f"{key}.{STATE_KEY}.npy", _npy_bytes(ep.states[t])
             yield f"{key}.{SIM_STATE_KEY}.npy", _npy_bytes(ep.sim_states[t])
-            yield f"{key}.{META_KEY}.json", _meta_bytes(_step_meta(ep, t))
+            yield f"{key}.{META_KEY}.json", step_meta_bytes(meta, t)
 
 
-def _step_meta(ep: Episode, t: int) -> Mapping[str, Any]:
-    return {
-        "episode": ep.index,
-        "step": t,
-        "length": ep.length,
-        "instruction": ep.instruction,
-        "seed": ep.seed,
-        "is_first": t == 0,
-        "is_last": t == ep.length - 1,
-    }
+def _episode_layout_members(episodes: Sequence[Episode]) -> Iterator[tuple[str, bytes]]:
+    for ep in episodes:
+        yield from episode_members(ep)
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
-
-
-def _meta_bytes(meta: Mapping[str, Any]) -> bytes:
-    return dumps_json(meta).encode("utf-8")
 
 
 def _tar_info(name: str, size: int) -> tarfile.TarInfo:

@@ -45,6 +45,8 @@ FIXTURE_MARKS = {
     "two_nodes": ("sim", "ray", "slow"),
     # A tiny diffusers pipeline built with torch: ~8 s to make, seconds per use.
     "tiny_model": ("slow",),
+    # moto's S3 server in a subprocess (tests/s3_server.py): a second or two to start.
+    "s3_server": ("s3",),
 }
 
 
@@ -126,6 +128,16 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (moto) on loopback, behind a gate the test can close."""
+    from tests.s3_server import start_s3_server
+
+    server = start_s3_server(tmp_path_factory.mktemp("s3") / "moto.log")
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

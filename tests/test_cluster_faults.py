@@ -83,13 +83,20 @@ def two_nodes():
 
 
 def factory_run(
-    spec: Path, out: Path, cluster, workers: int = 2, wait: bool = True, address: str = "flag"
+    spec: Path,
+    out: Path,
+    cluster,
+    workers: int | None = 2,
+    wait: bool = True,
+    address: str = "flag",
 ):
     """`factory run` on `cluster`, its address given as `--address HOST:PORT` ("flag"), in
-    RAY_ADDRESS ("env"), or as `--address auto` with RAY_ADDRESS set (a `ray job submit`)."""
+    RAY_ADDRESS ("env"), or as `--address auto` with RAY_ADDRESS set (a `ray job submit`).
+    `workers` None: no --workers (a worker a CPU of the cluster, growing as nodes join)."""
     from cluster.local import driver_env
 
-    cmd = [FACTORY, "run", str(spec), "--out", str(out), "--workers", str(workers)]
+    cmd = [FACTORY, "run", str(spec), "--out", str(out)]
+    cmd += ["--workers", str(workers)] if workers is not None else []
     cmd += {"flag": ["--address", cluster.address], "env": [], "auto": ["--address", "auto"]}[
         address
     ]
@@ -200,6 +207,48 @@ def test_a_driver_killed_mid_run_is_resumed_to_the_same_dataset(
     assert {
         name: (out / "shards" / name).stat().st_mtime_ns for name in before
     } == mtimes  # kept, not redone
+
+
+def test_a_node_lost_and_a_node_joining_mid_run_give_the_same_dataset(
+    lowdim_spec, reference, tmp_path
+):
+    """The head has no CPU, so node 1 runs every shard. Mid-run (node 1's worker held by
+    SIGSTOP in its shard, so that the rest of the work waits) a node joins and takes work: the
+    auto-sized pool grows. Then node 1's raylet is SIGKILLed, which loses the node and its
+    worker with the held shard. The run finishes on the new node with the bytes of an
+    uninterrupted run."""
+    from cluster.local import LocalCluster
+
+    out = tmp_path / "out"
+    with LocalCluster(cpus=(0, 1)) as cluster:
+        proc = factory_run(lowdim_spec, out, cluster, workers=None, wait=False)
+        try:
+
+            def running_on(node: int) -> list[int]:
+                return [
+                    pid
+                    for pid, cmd in cluster.processes(node).items()
+                    if cmd.startswith(f"{ACTOR}.run_shard")
+                ]
+
+            busy = wait_for(lambda: running_on(1), what="a shard running on node 1")
+            os.kill(busy[0], signal.SIGSTOP)  # held mid-shard: the queue waits for the new node
+            joined = cluster.add_node(cpus=1)
+            wait_for(lambda: running_on(joined), what="a shard running on the node that joined")
+            node1 = cluster.processes(1)
+            raylet = [pid for pid, cmd in node1.items() if cmd.split()[0].endswith("raylet")]
+            assert len(raylet) == 1, node1
+            os.kill(raylet[0], signal.SIGKILL)  # node 1 is lost, its worker with it
+            stdout, stderr = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, stderr
+    assert_same_dataset(out, reference)
+    assert re.search(r"warning: worker pid \d+ on node \w+ died during shard-\d+\.tar", stderr)
+    generation = json.loads((out / "generation.json").read_text())
+    # node 1 finished nothing (its one shard was held, then lost): the joined node ran them all
+    assert len({entry["node"] for entry in generation["shards"].values()}) == 1
 
 
 def test_a_full_disk_stops_in_one_line_keeping_finished_shards_and_resumes(

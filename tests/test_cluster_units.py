@@ -201,50 +201,36 @@ def _result(out: Path, index: int):
     )
 
 
-def test_commits_are_spaced_once_they_get_expensive(tmp_path):
+def test_commits_are_journal_lines_and_fsyncs_are_spaced_once_they_get_expensive(
+    tmp_path, monkeypatch
+):
     from factory.run import DatasetRecorder
     from shards import load_manifest
+    from shards.journal import JournalWriter
 
-    now = [0.0]
+    now, syncs = [0.0], []
 
-    def clock():  # every call is 1 s later: each commit "takes" 1 s
+    def clock():  # every call is 1 s later: each fsync "takes" 1 s
         now[0] += 1.0
         return now[0]
 
+    real_sync = JournalWriter.sync
+    monkeypatch.setattr(JournalWriter, "sync", lambda self: syncs.append(now[0]) or real_sync(self))
     recorder = DatasetRecorder(tmp_path, {}, clock=clock)
-    recorder.record(_result(tmp_path, 0))  # the first commit is immediate
+    recorder.record(_result(tmp_path, 0))  # committed by its line; the first fsync is immediate
     assert [s.name for s in load_manifest(tmp_path).shards] == ["shard-000000.tar"]
-    recorder.record(
-        _result(tmp_path, 1)
-    )  # 1 s after a commit that took 1 s: waits (<= 5% of the time)
-    assert len(load_manifest(tmp_path).shards) == 1
+    assert load_manifest(tmp_path, with_journal=False).shards == ()  # manifest.json not rewritten
+    assert len(syncs) == 1
+    recorder.record(_result(tmp_path, 1))  # listed at once; its fsync waits (<= 5% of the time)
+    assert len(load_manifest(tmp_path).shards) == 2 and len(syncs) == 1
     recorder.maybe_commit()  # asked again between shards, still too soon
-    assert len(load_manifest(tmp_path).shards) == 1
+    assert len(syncs) == 1
     now[0] += 20.0
-    recorder.maybe_commit()  # 20 s on: the commit costs 5% of the time, it goes ahead
-    assert len(load_manifest(tmp_path).shards) == 2
+    recorder.maybe_commit()  # 20 s on: the fsync costs 5% of the time, it goes ahead
+    assert len(syncs) == 2
+    recorder.finish(0.0)
     generation = json.loads((tmp_path / "generation.json").read_text())
     assert generation["shards"]["shard-000001.tar"]["node"] == "f" * 56
-
-
-def test_a_failed_manifest_write_is_one_line_and_keeps_the_previous_manifest(tmp_path):
-    from factory.run import DatasetRecorder, DatasetWriteError
-    from shards import load_manifest
-
-    recorder = DatasetRecorder(tmp_path, {})
-    recorder.record(_result(tmp_path, 0))
-    # The next manifest goes to /dev/full: the kernel answers ENOSPC, as on a full disk.
-    (tmp_path / f".manifest.json.tmp-{os.getpid()}").symlink_to("/dev/full")
-    with pytest.raises(DatasetWriteError) as caught:
-        recorder.record(_result(tmp_path, 1))  # commits now, or at the next commit()
-        recorder.commit()
-    message = str(caught.value)
-    assert "\n" not in message
-    assert message.startswith(
-        f"{tmp_path / 'manifest.json'}: cannot write: [Errno 28] No space left on device"
-    )
-    assert [s.name for s in load_manifest(tmp_path).shards] == ["shard-000000.tar"]
-    assert not list(tmp_path.glob(".manifest.json.tmp-*"))  # the temporary (here: the link) is gone
 
 
 def test_one_driver_per_dataset_directory(tmp_path, tiny_lift_spec):

@@ -64,3 +64,33 @@ def test_a_controller_it_cannot_reproduce_is_refused():
 def test_scenes_use_it_unless_the_spec_says_otherwise():
     assert Scene(load_spec(SPECS / "lift.yaml")).fast_control
     assert not Scene(load_spec(SPECS / "lift.yaml", {"task.fast_control": False})).fast_control
+
+
+@pytest.mark.parametrize("robot", ["Sawyer", "IIWA", "UR5e", "Kinova3", "Jaco"])
+def test_every_robot_steps_fast_or_says_why_not(robot):
+    # factory.robots.supported_robots() but the Panda (above): each arm's controller and gripper.
+    scene = Scene(load_spec(SPECS / "lift_lowdim.yaml", {"task.robot": robot}))
+    if not scene.fast_control:  # refused by the check against env.step: the reason says so
+        assert "differ from robosuite's env.step" in scene.fast_control_note
+        return
+    assert scene.fast_control_note == ""
+    fast = FastStepper(scene.env)
+    rng = np.random.default_rng(1)
+    actions = rng.uniform(-1, 1, (6, 7))
+    # The hand only closes: the Robotiq 85's linkage (UR5e, Kinova3), held by contacts alone,
+    # turns 1e-12 into centimetres when it reverses (factory.fast_step.CHECK_TOLERANCE).
+    actions[:, 6] = 1.0
+    for action in actions[:2]:  # past robosuite's cached first step after a reset
+        scene.env.step(action)
+    start = scene.snapshot()
+    reference = []
+    for action in actions[2:]:
+        scene.env.step(action)
+        reference.append(scene.get_state())
+    scene.restore(start)
+    ours = []
+    for action in actions[2:]:
+        fast.step(action)
+        ours.append(scene.get_state())
+    np.testing.assert_allclose(np.array(ours), np.array(reference), rtol=0, atol=1e-9)
+    assert not np.array_equal(ours[0], start.state)

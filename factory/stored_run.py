@@ -1,0 +1,95 @@
+"""The driver's side of `factory run --out s3://bucket/prefix` (any fsspec URL).
+
+    start   ──► Store(url): bucket and credentials checked (one line, exit 2, before any work)
+            ──► pull_metadata: the dataset's small files into its local copy
+                (shards.remote.local_copy_dir); the run then decides, resumes and records
+                there exactly as for a local --out
+    workers ──► write each shard to their own staging folder and put it in the store
+                (factory.shard_output); the driver never holds shard bytes
+    driver  ──► per finished shard: its statistics sidecar fetched from the store (one small
+                GET), then recorded as usual
+            ──► the local copy's changed small files put in the store (`sync`, at most every
+                SYNC_EVERY_S while shards run, and at the end); manifest and journal last, so a
+                reader of the store never sees a shard listed before it is there
+
+Resume: a shard listed in the store's manifest counts as done when the store holds an object of
+the listed size (its sha256 would take a download; `factory verify URL` checks it). A driver
+killed between two syncs loses the commits since the last one: those shards are redone, with the
+same bytes (shards are deterministic). One driver per dataset: the lock is on the local copy,
+so two drivers on two machines writing the same URL are not stopped (do not do that).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from shards import ShardInfo
+from shards.format import SHARDS_DIRNAME
+from shards.remote import CACHE_ENV, Mirror, pull_metadata
+from shards.stats import sidecar_path
+from shards.store import STORE_RETRY_ENV, Store
+
+# What a store client reads (the AWS SDKs' variables, which S3-compatible stores use too;
+# fsspec's FSSPEC_* config; the retry time): passed to the workers when set here, so that they
+# reach the store as the driver does. A node's own credentials (an instance role) need none.
+STORE_ENV_NAMES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    STORE_RETRY_ENV,
+    CACHE_ENV,  # where a worker stages its shards, when set here
+)
+SYNC_EVERY_S = 2.0  # while shards run: the store's manifest lags the local one by at most this
+
+
+class StoredDataset:
+    """A dataset being written to a store: its local copy, and what keeps the two in step."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.store = Store(self.url)
+        self.local = pull_metadata(self.store)
+        self.mirror = Mirror(self.store, self.local)
+        self.mirror.adopt()
+        self._next_sync = 0.0
+
+    def shard_stored(self, info: ShardInfo) -> bool:
+        """True when the store holds the shard at its listed size."""
+        return self.store.size(f"{SHARDS_DIRNAME}/{info.name}") == info.bytes
+
+    def fetch_sidecar(self, info: ShardInfo) -> None:
+        """Bring a finished shard's statistics sidecar into the local copy (for the driver's
+        running merge); a shard without samples has none."""
+        if info.samples == 0:
+            return
+        name = sidecar_path(Path(info.name)).name
+        target = self.local / SHARDS_DIRNAME / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.store.get_file(f"{SHARDS_DIRNAME}/{name}", target)
+
+    def sync(self, now: bool = True) -> None:
+        """Put the local copy's changed small files in the store (unless `now` is False and the
+        last sync was under SYNC_EVERY_S ago)."""
+        if not now and time.monotonic() < self._next_sync:
+            return
+        self.mirror.sync()
+        self._next_sync = time.monotonic() + SYNC_EVERY_S
+
+    def remove_shards(self, names) -> None:
+        """Delete shards (and their sidecars, failures) from the store, once unlisted there."""
+        for name in sorted(names):
+            self.store.delete(f"{SHARDS_DIRNAME}/{name}")
+            self.store.delete(f"{SHARDS_DIRNAME}/{sidecar_path(Path(name)).name}")
+
+    @staticmethod
+    def worker_env() -> dict[str, str]:
+        """This process's store settings that are set (STORE_ENV_NAMES, FSSPEC_* config)."""
+        return {
+            k: v for k, v in os.environ.items() if k in STORE_ENV_NAMES or k.startswith("FSSPEC_")
+        }
