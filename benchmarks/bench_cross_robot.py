@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+from pathlib import Path
 
-from factory.pipeline import plan_shards
 from factory.resolve import resolve_spec
 from factory.robots import supported_robots
 from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_generation_success import dataset_attempts  # noqa: E402 - the same attempt loop
 
 TASKS = {"lift": "scene_specs/lift_lowdim.yaml", "stack": "scene_specs/stack_lowdim.yaml"}
 REFERENCE = "Panda"  # the robot that recorded the seed demos
@@ -29,19 +31,7 @@ REFERENCE = "Panda"  # the robot that recorded the seed demos
 def run_robot(spec_path: str, robot: str, attempts: int) -> dict:
     spec = load_spec(spec_path, {"generation.attempts": attempts, "task.robot": robot})
     resolved = resolve_spec(spec)
-    plans = [
-        AttemptPlan(a, task.index, attempt_seed(spec.seed, task.index, a))
-        for task in plan_shards(spec)
-        for a in task.attempt_ids
-    ]
-    start = time.perf_counter()
-    results = [generate_attempt(resolved.scene, resolved.demos, p, resolved.params) for p in plans]
-    wall = time.perf_counter() - start
-    failures: dict[str, int] = {}
-    for r in results:
-        if not r.success:
-            kind = r.reason.split(":")[0]
-            failures[kind] = failures.get(kind, 0) + 1
+    results, wall, failures = dataset_attempts(spec, resolved)
     successes = sum(r.success for r in results)
     return {
         "benchmark": "cross_robot",

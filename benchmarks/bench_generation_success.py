@@ -53,28 +53,34 @@ MIMICGEN_STACK = {
 }
 
 
-def run_setting(spec_path: str, attempts: int, retries: int) -> dict:
-    spec = load_spec(
-        spec_path,
-        {"generation.attempts": attempts, "generation.subtask_retries": retries, "cameras": []},
-    )
-    resolved = resolve_spec(spec)
+def dataset_attempts(spec, resolved) -> tuple[list, float, dict[str, int]]:
+    """Every attempt of `spec`'s plan, seeded as in a dataset (shard by shard), in this process:
+    the attempts, their wall seconds, and the failures counted by kind."""
     plans = [
         AttemptPlan(a, task.index, attempt_seed(spec.seed, task.index, a))
         for task in plan_shards(spec)
         for a in task.attempt_ids
     ]
     start = time.perf_counter()
-    params = resolved.params
-    results = [generate_attempt(resolved.scene, resolved.demos, p, params) for p in plans]
+    results = [generate_attempt(resolved.scene, resolved.demos, p, resolved.params) for p in plans]
     wall = time.perf_counter() - start
-    steps = sum(r.length for r in results)
-    successes = sum(r.success for r in results)
     failures: dict[str, int] = {}
     for r in results:
         if not r.success:
             kind = r.reason.split(":")[0]
             failures[kind] = failures.get(kind, 0) + 1
+    return results, wall, failures
+
+
+def run_setting(spec_path: str, attempts: int, retries: int) -> dict:
+    spec = load_spec(
+        spec_path,
+        {"generation.attempts": attempts, "generation.subtask_retries": retries, "cameras": []},
+    )
+    resolved = resolve_spec(spec)
+    results, wall, failures = dataset_attempts(spec, resolved)
+    steps = sum(r.length for r in results)
+    successes = sum(r.success for r in results)
     # Same-run reference: bare robosuite env.step calls on the same env.
     scene = resolved.scene
     scene.reset_to(resolved.demos[0].start_state, Placement({}))

@@ -47,6 +47,7 @@ FIXTURE_MARKS = {
     "tiny_model": ("slow",),
     # moto's S3 server in a subprocess (tests/s3_server.py): a second or two to start.
     "s3_server": ("s3",),
+    "s3_env": ("s3",),
 }
 
 
@@ -138,6 +139,19 @@ def s3_server(tmp_path_factory):
     server = start_s3_server(tmp_path_factory.mktemp("s3") / "moto.log")
     yield server
     server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch, tmp_path):
+    """This test's environment pointed at the loopback S3 server (endpoint, keys), with its own
+    cache of stored datasets' local copies; the server itself, returned."""
+    import fsspec
+
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path / "cache"))
+    fsspec.filesystem("s3").clear_instance_cache()  # a new endpoint or key: a new client
+    return s3_server
 
 
 @pytest.fixture(scope="session")

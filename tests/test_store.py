@@ -11,16 +11,6 @@ from shards.store import Store, StoreError, StoreUnavailable, is_remote
 pytestmark = pytest.mark.s3
 
 
-@pytest.fixture
-def s3_env(s3_server, monkeypatch):
-    for name, value in s3_server.env.items():
-        monkeypatch.setenv(name, value)
-    import fsspec
-
-    fsspec.filesystem("s3").clear_instance_cache()  # a new endpoint or key: a new client
-    return s3_server
-
-
 def test_is_remote():
     assert is_remote("s3://bucket/prefix") and is_remote("file:///tmp/x")
     assert not is_remote("out/lift") and not is_remote("/abs/path") and not is_remote("C:/data")

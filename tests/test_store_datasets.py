@@ -13,16 +13,9 @@ from tests.test_loader import build_dataset
 pytestmark = pytest.mark.s3
 
 
-@pytest.fixture
-def s3_env(s3_server, monkeypatch, tmp_path):
-    for name, value in s3_server.env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("DEMOFACTORY_STORE_RETRY_S", "2")
-    import fsspec
-
-    fsspec.filesystem("s3").clear_instance_cache()
-    return s3_server
+@pytest.fixture(autouse=True)
+def short_retry(monkeypatch):
+    monkeypatch.setenv("DEMOFACTORY_STORE_RETRY_S", "2")  # an outage stops a test in seconds
 
 
 @pytest.fixture(scope="module")

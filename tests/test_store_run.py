@@ -17,16 +17,9 @@ from shards.store import Store
 pytestmark = [pytest.mark.s3, pytest.mark.sim, pytest.mark.ray, pytest.mark.slow]
 
 
-@pytest.fixture
-def s3_env(s3_server, monkeypatch, tmp_path):
-    for name, value in s3_server.env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("DEMOFACTORY_STORE_RETRY_S", "1")
-    import fsspec
-
-    fsspec.filesystem("s3").clear_instance_cache()
-    return s3_server
+@pytest.fixture(autouse=True)
+def short_retry(monkeypatch):
+    monkeypatch.setenv("DEMOFACTORY_STORE_RETRY_S", "1")  # an outage stops a test in seconds
 
 
 def _close_when_stored(server, bucket: str, key: str, stop: threading.Event) -> None:
