@@ -391,8 +391,9 @@ def _dataset_location(text: str) -> Path | str:
 
 def _local_dataset(location: Path | str, *, shards: bool = True, fresh: bool = False) -> Path:
     """`location` as a local directory: a stored dataset is pulled into its local copy
-    (shards.remote; `shards=False`: only its small files; `fresh`: every shard downloaded again,
-    even one whose local copy matches the manifest), which readers then use as usual."""
+    (shards.remote; `shards=False`: only its top-level files, not the per-shard ones; `fresh`:
+    every shard downloaded again, even one whose local copy matches the manifest), which readers
+    then use as usual."""
     if isinstance(location, Path):
         return location
     from tqdm import tqdm
@@ -402,7 +403,7 @@ def _local_dataset(location: Path | str, *, shards: bool = True, fresh: bool = F
 
     store = Store(location)
     if not shards:
-        return pull_metadata(store)
+        return pull_metadata(store, folders=("",))  # what `inspect` reads; O(1) in shards
     with tqdm(desc=f"pulling {location}", unit="shard", file=sys.stderr, leave=False) as bar:
         local = pull_dataset(store, on_shard=lambda name, fetched: bar.update(), fresh=fresh)
     print(f"{location}: local copy in {local_copy_dir(location)}", file=sys.stderr)
