@@ -9,6 +9,10 @@ reference), and bare `mujoco.mj_step` (the substeps of a control step and nothin
 physics limit). `ratio` = generator steps/s over robosuite env.step steps/s;
 `fast_step_ratio` = fast loop over env.step, both with zero actions; `generator_over_mj_step`
 and `fast_step_over_mj_step` = each over bare mj_step.
+
+Every rate is per CPU second of this process (`time.process_time`), so other work on the machine
+does not skew the ratios; the references are measured after each attempt,
+interleaved with the attempts, so that a drift (another process's load) lands on both sides.
 """
 
 from __future__ import annotations
@@ -33,18 +37,22 @@ def main() -> None:
     resolved = resolve_spec(spec)
     scene, demos, params = resolved.scene, resolved.demos, resolved.params
 
-    start = time.perf_counter()
-    attempts = [
-        generate_attempt(scene, demos, AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i)), params)
-        for i in range(args.attempts)
-    ]
-    gen_s = time.perf_counter() - start
+    # Each attempt is followed by the references for as many control steps as it took (env.step,
+    # 5x slower, for a fifth of them): interleaved, a change in the machine's load lands on both
+    # sides of each ratio.
+    attempts, gen_s, ref_s, ref_steps = [], 0.0, np.zeros(3), np.zeros(3)
+    for i in range(args.attempts):
+        start = time.process_time()
+        attempt = generate_attempt(
+            scene, demos, AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i)), params
+        )
+        gen_s += time.process_time() - start
+        attempts.append(attempt)
+        counts = (attempt.length, max(attempt.length // 5, 1), attempt.length)
+        ref_s += _references(scene, demos, counts)
+        ref_steps += counts
     steps = sum(a.length for a in attempts)
-
-    bare = min(steps, 1500)
-    fast_rate = _bare_rate(scene, demos, scene.step, bare)
-    env_rate = _bare_rate(scene, demos, scene.env.step, bare)
-    mj_rate = _mj_step_rate(scene, demos, bare)
+    fast_rate, env_rate, mj_rate = ref_steps / ref_s
 
     print(
         json.dumps(
@@ -67,13 +75,26 @@ def main() -> None:
     )
 
 
+def _references(scene, demos, counts: tuple[int, int, int]) -> np.ndarray:
+    """CPU seconds of the fast loop, robosuite's env.step and bare mj_step for `counts` control
+    steps each, from the first demo's start state."""
+    fast, env, bare = counts
+    return np.array(
+        [
+            fast / _bare_rate(scene, demos, scene.step, fast),
+            env / _bare_rate(scene, demos, scene.env.step, env),
+            bare / _mj_step_rate(scene, demos, bare),
+        ]
+    )
+
+
 def _bare_rate(scene, demos, step, count: int) -> float:
     scene.reset_to(demos[0].start_state, _no_offsets())
     action = np.zeros(7)
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(count):
         step(action)
-    return count / (time.perf_counter() - start)
+    return count / (time.process_time() - start)
 
 
 def _mj_step_rate(scene, demos, count: int) -> float:
@@ -84,10 +105,10 @@ def _mj_step_rate(scene, demos, count: int) -> float:
     scene.reset_to(demos[0].start_state, _no_offsets())
     substeps = int(round(scene.env.control_timestep / scene.env.model_timestep))
     model, data = scene.model, scene.data
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(count * substeps):
         mujoco.mj_step(model, data)
-    return count / (time.perf_counter() - start)
+    return count / (time.process_time() - start)
 
 
 def _no_offsets():

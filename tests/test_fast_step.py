@@ -13,7 +13,17 @@ from tests.conftest import SPECS
 pytestmark = pytest.mark.sim
 
 
-@pytest.mark.parametrize("spec_name", ["lift.yaml", "stack.yaml", "pick_place_can.yaml"])
+@pytest.mark.parametrize(
+    "spec_name",
+    [
+        "lift.yaml",
+        "stack.yaml",
+        "pick_place_can.yaml",
+        "nut_assembly.yaml",
+        "door.yaml",
+        "cube_bowl.yaml",
+    ],
+)
 def test_fast_steps_follow_env_step(spec_name):
     scene = Scene(load_spec(SPECS / spec_name))
     fast = FastStepper(scene.env)

@@ -134,6 +134,26 @@ def test_mat_to_quat_near_pi_each_axis():
             np.testing.assert_allclose(quat_to_mat(mat_to_quat(rot)), rot, atol=1e-12)
 
 
+def test_one_matrix_takes_the_float_path_bit_for_bit():
+    # A single [3, 3] goes through Python floats (generation's hot path); a batch through
+    # numpy. Both must give the same bits: each of the four branches, the angles near 0 and pi,
+    # the identity, and matrices slightly off orthonormal (as MuJoCo's are).
+    rng = np.random.default_rng(11)
+    near = [axis_angle_to_mat(a * t) for a in np.eye(3) for t in (1e-13, 1e-7, np.pi - 1e-9, np.pi)]
+    rots = np.concatenate(
+        [
+            random_rotations(rng, 2000),
+            np.array([np.eye(3), RZ90, RZ45, RX180, np.diag([-1.0, 1.0, -1.0]), *near]),
+        ]
+    )
+    rots = np.concatenate([rots, rots[:200] + rng.normal(0.0, 1e-6, (200, 3, 3))])
+    quats, angles = mat_to_quat(rots), mat_to_axis_angle(rots)
+    assert {int(np.argmax(np.abs(q))) for q in quats} == {0, 1, 2, 3}  # every branch taken
+    for rot, quat, angle in zip(rots, quats, angles, strict=True):
+        assert np.array_equal(mat_to_quat(rot), quat)
+        assert np.array_equal(mat_to_axis_angle(rot), angle)
+
+
 # ---------------------------------------------------------------- axis-angle
 
 
