@@ -133,17 +133,13 @@ class FastStepper:
     ) -> tuple[np.ndarray, np.ndarray]:
         """World-frame goal position and orientation of the arm; the gripper command."""
         origin_pos, origin_ori = origin
-        ref_pos = np.array(self.data.site_xpos[self.ref_site])
-        ref_ori = np.array(self.data.site_xmat[self.ref_site].reshape([3, 3]))
+        ref_pos, ref_ori = self._views[3], self._views[4]
         scaled = self.arm.scale_action(action[self.arm_slice])
-        origin_inv = T.pose_inv(T.make_pose(origin_pos, origin_ori))
-        world_frame = np.eye(4)
-        world_frame[:3, 3] = ref_pos
-        # robosuite's T.mat2pose of this pose, without the quaternion it computes and drops
-        goal_pos = T.pose_in_A_to_pose_in_B(world_frame, origin_inv)[:3, 3]
-        goal_pos = goal_pos + scaled[0:3]
-        current = T.pose_in_A_to_pose_in_B(T.make_pose(ref_pos, ref_ori), origin_inv)[:3, :3]
-        goal_ori = np.dot(T.quat2mat(T.axisangle2quat(scaled[3:6])), current)
+        # robosuite goes through 4x4 poses (the origin's inverse times the site's pose); the
+        # same products on 3x3 rotations cost a tenth of a control step less (profiled, Stack)
+        to_base = origin_ori.T
+        goal_pos = to_base @ (ref_pos - origin_pos) + scaled[0:3]
+        goal_ori = T.quat2mat(T.axisangle2quat(scaled[3:6])) @ (to_base @ ref_ori)
         # the gripper: speed-limited command, then the controller's scaling to actuator range
         formatted = self.gripper_model.format_action(action[self.grip_slice])
         goal = self.grip.scale_action(formatted) if self.grip.use_action_scaling else formatted
