@@ -56,7 +56,7 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
     fixtures = scene.fixture_poses()
     for t, state in enumerate(demo.states):
         scene.set_state(state)
-        scene.gripper_closed = bool(demo.actions[t, -1] > 0)
+        scene.gripper_closed = bool(demo.actions[t, -1] * scene.gripper_sign > 0)
         if t == 0:
             scene.mark_start()
         eef[t] = scene.eef_pose()

@@ -428,6 +428,8 @@ def cmd_validate(args) -> int:
         f"{len(spec.subtasks)} subtasks (ends per demo: {ends}), cameras: {cams}, "
         f"control: {_control(resolved.scene.fast_control_note)}"
     )
+    for robot, other in resolved.robots.items():  # a mixed-robot spec: each robot's env
+        print(f"  {robot}: control: {_control(other.scene.fast_control_note)}")
     if args.still is not None:  # only once everything validated: a bad spec writes nothing
         from factory.stills import write_stills
 

@@ -36,8 +36,10 @@ def make_collect_env(spec: SceneSpec, viewer: bool):
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 
+    from factory.gripper_fixes import install
     from factory.scene_build import env_kwargs
 
+    install()  # the hands generation builds (factory.sim.make_env)
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
     return robosuite.make(
         spec.task.env,
@@ -90,7 +92,7 @@ def record_demo(scene: Scene, device, viewer: bool) -> tuple[np.ndarray, np.ndar
         states.append(scene.get_state())
         actions.append(np.asarray(action, dtype=np.float64))
         env.step(action)
-        scene.gripper_closed = bool(action[-1] > 0)
+        scene.gripper_closed = bool(action[-1] * scene.gripper_sign > 0)
         if viewer:
             env.render()
         held = held + 1 if scene.success() else 0

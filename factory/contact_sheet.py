@@ -138,7 +138,16 @@ def sheet_steps(length: int) -> tuple[int, int, int]:
 
 def sheet_records(records: Sequence[EpisodeRecord], episodes: int) -> tuple[EpisodeRecord, ...]:
     """The first `episodes` records by index, extended to every appearance variant of the first
-    trajectory: variant k of trajectory a is episode a * K + k, so they are adjacent rows."""
+    trajectory: variant k of trajectory a is episode a * K + k, so they are adjacent rows.
+
+    A mixed-robot dataset (episodes of more than one embodiment): each robot's first
+    ceil(episodes / robots) episodes, a robot's rows together, robots in order of appearance."""
+    robots = list(dict.fromkeys(filter(None, (_robot(r) for r in records))))
+    if len(robots) > 1:
+        per = -(-episodes // len(robots))
+        return tuple(
+            r for robot in robots for r in [x for x in records if _robot(x) == robot][:per]
+        )
     chosen = list(records[:episodes])
     if records and "trajectory" in records[0].provenance:
         first = records[0].provenance["trajectory"]
@@ -175,8 +184,9 @@ def draw_sheet(
             (_MARGIN, y - _ROW_GAP // 2, layout.width - _MARGIN, y - _ROW_GAP // 2), fill=_RULE
         )
         steps = sheet_steps(record.length)
+        robot = f"{_robot(record)}  \u00b7  " if _robot(record) else ""
         caption = (
-            f"episode {record.index}{_variant_caption(record)}   "
+            f"{robot}episode {record.index}{_variant_caption(record)}   "
             f"\u201c{record.instruction}\u201d   "
             f"{record.length} steps, showing t = {', '.join(map(str, steps))}"
         )
@@ -186,6 +196,12 @@ def draw_sheet(
                 x0, y0, _, _ = layout.cell_box(row, c, column)
                 sheet.paste(camera.display(frames[record.index, camera.name, step]), (x0, y0))
     return sheet
+
+
+def _robot(record: EpisodeRecord) -> str:
+    """The robot (embodiment) that performed the episode; "" when not recorded."""
+    robot = record.provenance.get("embodiment")
+    return robot if isinstance(robot, str) else ""
 
 
 def _variant_caption(record: EpisodeRecord) -> str:

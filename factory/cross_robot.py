@@ -23,6 +23,7 @@ import numpy as np
 
 from factory.annotate import annotate_demo
 from factory.grasp_frame import geom_corners, grasp_frame, nearer_half_turn, retarget_eef
+from factory.gripper_sign import pad_gap  # noqa: F401 (re-exported: the gap closes() measures)
 from factory.records import AnnotatedDemo, SeedDemo
 from factory.robots import ROBOT_PARTS, check_robot
 from factory.sim import Scene
@@ -32,6 +33,9 @@ from generators.poses import pose_inv
 # gripper is shut within 12 (20 Hz; measured from open on Lift, Panda to UR5e).
 CLOSE_STEPS = 20
 STILL = 5e-4  # metres per step: fingers moving less than this have stopped
+# Steps the slowest hand takes to open or shut fully: the Jaco's command crosses its range of 2 at
+# 0.01 a step (the others' within 12).
+SLOW_STEPS = 250
 
 
 def annotate_seed(scene: Scene, demo: SeedDemo, others: dict[str, Scene]) -> AnnotatedDemo:
@@ -68,13 +72,23 @@ def retarget_demo(demo: AnnotatedDemo, source: Scene, target: Scene) -> Annotate
     waits = {
         t: max(0, closing_steps(target, gap) - steps) for t, gap, steps in closes(demo, source)
     }
-    return hold_steps(demo, waits)
+    return hold_steps(flip_gripper(demo, source.gripper_sign * target.gripper_sign), waits)
+
+
+def flip_gripper(demo: AnnotatedDemo, sign: int) -> AnnotatedDemo:
+    """`demo` with its gripper commands (and its actions' gripper column) times `sign`: -1 when
+    the target robot's hand closes on the other sign (`factory.gripper_sign`)."""
+    if sign > 0:
+        return demo
+    actions = demo.demo.actions.copy()
+    actions[:, -1] *= -1
+    return replace(demo, demo=replace(demo.demo, actions=actions), gripper=-demo.gripper)
 
 
 def closes(demo: AnnotatedDemo, scene: Scene) -> list[tuple[int, float, int]]:
     """(step, gap, steps) for each close command of the demo: the gap between the finger pads
     (m) where the fingers stopped on what they closed on, and the steps they took to get there."""
-    commands = demo.gripper > 0
+    commands = demo.gripper * scene.gripper_sign > 0
     found = []
     for t in np.flatnonzero(commands[1:] & ~commands[:-1]) + 1:
         gaps = []
@@ -89,27 +103,36 @@ def closes(demo: AnnotatedDemo, scene: Scene) -> list[tuple[int, float, int]]:
 
 
 def closing_steps(scene: Scene, gap: float) -> int:
-    """Control steps `scene`'s gripper takes from open (after a reset) to a pad gap of `gap` m,
-    the arm held (at most CLOSE_STEPS * 4)."""
+    """Control steps `scene`'s gripper takes from fully open to a pad gap of `gap` m, the arm
+    held (at most SLOW_STEPS).
+
+    Fully open: commanded open until the pads stop parting. A demo closes a hand that has been
+    commanded open for a while, and a speed-limited hand (the Jaco's command moves 0.01 a step)
+    closes from there, not from wherever a reset left its command."""
     scene.reset()
     shut = np.zeros(7)
-    shut[-1] = 1.0
+    shut[-1] = scene.gripper_sign
+    robot = scene.env.robots[0]
+    gripper = robot.gripper[robot.arms[0]]
+    for _ in range(SLOW_STEPS):  # a speed-limited hand's command, saturated open (no physics)
+        before = np.array(gripper.current_action, copy=True)
+        gripper.format_action(-shut[-1:])
+        if np.array_equal(before, gripper.current_action):
+            break
+    last, still = pad_gap(scene), 0
+    for _ in range(SLOW_STEPS):  # then the fingers, until they stop parting
+        scene.step(-shut)
+        now = pad_gap(scene)
+        still = still + 1 if abs(now - last) < STILL / 10 else 0
+        if still >= 3:
+            break
+        last = now
     steps = 0
-    while pad_gap(scene) > gap + STILL and steps < CLOSE_STEPS * 4:
+    while pad_gap(scene) > gap + STILL and steps < SLOW_STEPS:
         scene.step(shut)
         steps += 1
     scene.reset()
     return steps
-
-
-def pad_gap(scene: Scene) -> float:
-    """Smallest surface distance between the left and right finger pads now (m)."""
-    left, right = scene.finger_pads()
-    return min(
-        mujoco.mj_geomDistance(scene.model, scene.data, a, b, 1.0, None)
-        for a in left
-        for b in right
-    )
 
 
 def hold_steps(demo: AnnotatedDemo, waits: dict[int, int]) -> AnnotatedDemo:
@@ -140,7 +163,16 @@ def hold_steps(demo: AnnotatedDemo, waits: dict[int, int]) -> AnnotatedDemo:
 def home_grasp_frame(scene: Scene) -> tuple[np.ndarray, np.ndarray]:
     """(grip-site pose [4, 4] at the robot's home pose, grasp frame [4, 4] in the grip site),
     measured after a reset, the gripper as robosuite opens it; the fingers' reach over a full
-    close (CLOSE_STEPS commanded shut, the arm held)."""
+    close (CLOSE_STEPS commanded shut, the arm held). Measured once a scene: it depends on the
+    robot alone, and each demo carried over asks for both robots' (a third of a mixed-robot
+    spec's resolve time, 16 measurements for Lift's 4 demos on 3 robots)."""
+    if getattr(scene, "_home_grasp_frame", None) is None:
+        scene._home_grasp_frame = _measure_home_grasp_frame(scene)
+    home, frame = scene._home_grasp_frame
+    return home.copy(), frame.copy()
+
+
+def _measure_home_grasp_frame(scene: Scene) -> tuple[np.ndarray, np.ndarray]:
     scene.reset()
     robot = scene.env.robots[0]
     gripper = robot.gripper[robot.arms[0]]
@@ -156,7 +188,7 @@ def home_grasp_frame(scene: Scene) -> tuple[np.ndarray, np.ndarray]:
     origin = data.xpos[root].copy()
     tips = [finger_corners(scene, fingers, home)]
     shut = np.zeros(7)
-    shut[-1] = 1.0
+    shut[-1] = scene.gripper_sign
     for _ in range(CLOSE_STEPS):
         scene.step(shut)
         tips.append(finger_corners(scene, fingers, home))

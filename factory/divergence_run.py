@@ -94,6 +94,12 @@ def divergence_ranges(
 def check_dataset_spec(dataset: Path, spec: SceneSpec) -> dict:
     """dataset_info.json, checked to come from `spec` in every part a replay depends on."""
     info = require_dataset_info(dataset)
+    robots = sorted(info.get("embodiments") or {})
+    if len(robots) > 1:  # its episodes replay in one robot's scene each
+        raise UserError(
+            f"{dataset}: a mixed-robot dataset ({', '.join(robots)}); divergence replays in one "
+            "robot's scene: score a dataset per robot (task.robot)"
+        )
     made = info.get("spec") or {}
     ours = spec.model_dump(mode="json")
     differ = [key for key in REPLAY_KEYS if made.get(key) != ours.get(key)]

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from factory.adapters import appearance_params, mimicgen_params
 from factory.cross_robot import annotate_seed
 from factory.demos import load_seed_demos
@@ -73,6 +75,8 @@ class ShardResult:
         default_factory=dict
     )  # index -> reached, failed, retries
     node: str = ""  # Ray node id of the worker that wrote it ("" when run outside Ray)
+    # A mixed-robot dataset's attempts and successes per robot (empty for one robot)
+    robots: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -85,6 +89,7 @@ class ShardResult:
             "subtasks": self.subtasks,
             "episodes": [e.to_json() for e in self.episodes],
             "node": self.node,
+            **({"robots": self.robots} if self.robots else {}),
         }
 
 
@@ -136,7 +141,7 @@ def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
                     f"{width} ({layout}) for {spec.task.controller}"
                 )
         demos.extend(annotate_seed(scene, demo, others) for demo in loaded)
-    return demos
+    return [replace(d, robot=spec.task.robot) for d in demos]
 
 
 def instruction_for(spec: SceneSpec, seed: int) -> str:
@@ -167,6 +172,18 @@ class ShardWorker:
         self.params = mimicgen_params(spec)
         self._bank_loaded = False
         self.physics = spec.physics  # the ranges attempts draw from (ADR's, once loaded)
+        # A mixed-robot dataset's state width: states zero-padded to it (None: as they are)
+        self.state_width: int | None = None
+
+    def worker_for(self, attempt_id: int) -> ShardWorker:
+        """The worker that runs `attempt_id`: this one (a mixed-robot dataset's
+        `factory.embodiments.MixedShardWorker` picks the attempt's robot's)."""
+        return self
+
+    def prepare(self, dataset_dir: Path) -> None:
+        """What a shard of the dataset in `dataset_dir` needs loaded: texture bank, ADR ranges."""
+        self.load_bank(dataset_dir)
+        self.load_adr(dataset_dir)
 
     @property
     def variants(self) -> int:
@@ -269,18 +286,23 @@ class ShardWorker:
             provenance["language"] = language.to_json()
         if language.paraphrases:  # the spec's other phrasings, filled for this episode
             provenance["paraphrases"] = list(language.paraphrases)
+        provenance["embodiment"] = self.spec.task.robot
+        states = attempt.proprio
+        if self.state_width is not None and states.shape[1] < self.state_width:
+            states = np.pad(states, ((0, 0), (0, self.state_width - states.shape[1])))
         return Episode(
             index=attempt.attempt_id * self.variants + variant,
             shard=attempt.shard,
             instruction=language.instruction,
             seed=attempt.seed,
             actions=attempt.actions,
-            states=attempt.proprio,
+            states=states,
             sim_states=attempt.states,
             images=frames.images,
             depth=frames.depth,
             segmentation=frames.segmentation,
             provenance=provenance,
+            embodiment=self.spec.task.robot,
         )
 
     def load_bank(self, dataset_dir: Path) -> None:
@@ -315,21 +337,25 @@ class ShardWorker:
         """
         start = time.perf_counter()
         output = shard_output(out_dir)  # a local directory, or staging for an object store
-        self.load_bank(output.local_dir)
-        self.load_adr(output.local_dir)
+        self.prepare(output.local_dir)
         episodes, failures, steps, successes, failed = [], Counter(), 0, 0, []
         subtasks = {
             str(i): {"reached": 0, "failed": 0, "retries": 0}
             for i in range(len(self.spec.subtasks))
         }
+        robots: dict[str, dict[str, int]] = {}
         for attempt_id in task.attempt_ids:
-            attempt = self.run_attempt(task, attempt_id)
+            worker = self.worker_for(attempt_id)  # this one, or the attempt's robot's
+            attempt = worker.run_attempt(task, attempt_id)
+            tally = robots.setdefault(worker.spec.task.robot, {"attempts": 0, "successes": 0})
+            tally["attempts"] += 1
             steps += attempt.length
             _count_subtasks(subtasks, attempt)
-            attempt = self.check_robust(attempt)
+            attempt = worker.check_robust(attempt)
             if attempt.success:
                 successes += 1
-                episodes.extend(self.make_episode(attempt, k) for k in range(self.variants))
+                tally["successes"] += 1
+                episodes.extend(worker.make_episode(attempt, k) for k in range(self.variants))
             else:
                 # "transit: ..." when a bridging motion disturbed an object first
                 # (`factory inspect` shows both)
@@ -351,6 +377,7 @@ class ShardWorker:
             wall_s=time.perf_counter() - start,
             steps_simulated=steps,
             subtasks=subtasks,
+            robots=dict(sorted(robots.items())) if self.spec.task.robots else {},
         )
 
     def close(self) -> None:
@@ -379,4 +406,5 @@ def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResu
         steps_simulated=int(entry.get("steps_simulated", 0)),
         subtasks={k: dict(v) for k, v in entry.get("subtasks", {}).items()},
         node=str(entry.get("node", "")),
+        robots={k: dict(v) for k, v in entry.get("robots", {}).items()},
     )

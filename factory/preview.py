@@ -84,9 +84,11 @@ def _write_sheet(dataset: _Dataset, out_png: Path, episodes: int) -> Path:
             frames[index, camera, step] = image
     _check_complete(dataset, chosen, wanted, frames)
     layout = make_sheet_layout(dataset.cameras, len(chosen))
+    robots = {r.provenance.get("embodiment") for r in chosen} - {None}
+    shown = f"each robot's first ({', '.join(sorted(robots))})" if len(robots) > 1 else ""
     title = (
         f"{dataset.name}  \u00b7  {len(dataset.records)} episodes at {dataset.fps:g} fps"
-        f"  \u00b7  the first {len(chosen)} by index"
+        f"  \u00b7  {shown or f'the first {len(chosen)} by index'}"
     )
     sheet = draw_sheet(layout, title, chosen, frames)
     out_png.parent.mkdir(parents=True, exist_ok=True)

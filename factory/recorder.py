@@ -190,6 +190,7 @@ class DatasetRecorder:
         listed = {name: r.info.sha256 for name, r in self.results.items() if r.info.samples > 0}
         if listed:  # the workers' per-shard statistics, merged as they came (shards.stats)
             stats = self._stats.result(listed)
+            totals = {**totals, **mixed_stats(self.out_dir, listed)}
             self._guard(STATS_FILENAME, lambda: save_stats(self.out_dir, stats, totals))
 
     def _write_generation_and_episodes(self) -> dict[str, int]:
@@ -244,6 +245,18 @@ class DatasetRecorder:
                 put_generation(("\n  }" if self.results else "}") + end)
         put_generation("}\n")
         return totals
+
+
+def mixed_stats(out_dir: Path, listed: dict[str, str]) -> dict:
+    """stats.json's `embodiments` entry of a mixed-robot dataset (dataset_info.json lists more
+    than one embodiment), else nothing: one more sidecar read a shard, only for those."""
+    from shards.embodiment_stats import embodiment_stats, embodiments_json
+    from shards.metadata import load_dataset_info
+
+    info = load_dataset_info(out_dir) or {}
+    if len(info.get("embodiments") or {}) < 2:
+        return {}
+    return {"embodiments": embodiments_json(embodiment_stats(out_dir, listed))}
 
 
 def _writer(f, name: str) -> Callable[[str], None]:

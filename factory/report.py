@@ -64,7 +64,22 @@ def summarize(dataset_dir: Path) -> dict:
         "wall_s": generation.get("wall_s", 0.0),
         # `factory divergence` scores (or generation.robustness's), when episodes carry them
         "divergence": summarize_divergence(load_episodes(dataset_dir)),
+        **_robot_table(shards),
     }
+
+
+def _robot_table(shards: list[dict]) -> dict:
+    """A mixed-robot dataset's {"robots": {robot: attempts, successes, success_rate}}; {}
+    for one robot (its shards record no per-robot counts)."""
+    table: dict[str, dict] = {}
+    for shard in shards:
+        for robot, counts in shard.get("robots", {}).items():
+            row = table.setdefault(robot, {"attempts": 0, "successes": 0})
+            row["attempts"] += counts["attempts"]
+            row["successes"] += counts["successes"]
+    for row in table.values():
+        row["success_rate"] = round(row["successes"] / row["attempts"], 4)
+    return {"robots": dict(sorted(table.items()))} if table else {}
 
 
 def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
@@ -124,6 +139,13 @@ def format_summary(summary: dict) -> str:
                 f"subtask {row['index']}",
                 f"{row['ends_when']:<22} reached {row['reached']:>5}  "
                 f"failed {row['failed']:>5}  retries {row['retries']:>5}",
+            )
+        )
+    for robot, row in summary.get("robots", {}).items():
+        rows.append(
+            (
+                f"robot {robot}",
+                f"{row['successes']} of {row['attempts']} attempts ({row['success_rate']:.1%})",
             )
         )
     rows.extend(format_divergence(summary.get("divergence", {})))

@@ -6,7 +6,7 @@ and checks everything that needs it, with messages that name the field to fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,6 +27,15 @@ class Resolved:
     spec: SceneSpec
     scene: Scene
     demos: list[AnnotatedDemo]
+    # A mixed-robot spec (task.robots): each robot's own; scene and demos above are task.robot's
+    robots: dict[str, Resolved] = field(default_factory=dict)
+
+    @property
+    def worker_demos(self) -> list[AnnotatedDemo]:
+        """What the shard workers get: every robot's annotated demos (`AnnotatedDemo.robot`)."""
+        if not self.robots:
+            return self.demos
+        return [d for resolved in self.robots.values() for d in resolved.demos]
 
     @property
     def params(self) -> MimicGenParams:
@@ -36,6 +45,8 @@ class Resolved:
 
 def resolve_spec(spec: SceneSpec) -> Resolved:
     """Build the env, check cameras, load and annotate seed demos; raise SpecError/UserError."""
+    if spec.task.robots:  # a mixed-robot dataset: each robot's env and demos
+        return _resolve_robots(spec)
     _check_names(spec)
     for i, rel in enumerate(spec.seed_demos):
         if not spec.resolve_path(rel).is_file():
@@ -115,6 +126,17 @@ def _table_rect(scene: Scene) -> tuple[tuple[float, float], tuple[float, float]]
     if size is None or offset is None:
         return None
     return tuple((float(offset[i]) - size[i] / 2, float(offset[i]) + size[i] / 2) for i in range(2))
+
+
+def _resolve_robots(spec: SceneSpec) -> Resolved:
+    from factory.embodiments import robot_spec
+    from factory.robots import check_robot
+
+    for i, entry in enumerate(spec.task.robots):
+        check_robot(spec.path, entry.robot, field=f"task.robots[{i}].robot")
+    robots = {r.robot: resolve_spec(robot_spec(spec, r.robot)) for r in spec.task.robots}
+    first = robots[spec.task.robot]
+    return Resolved(spec=spec, scene=first.scene, demos=first.demos, robots=robots)
 
 
 def _check_names(spec: SceneSpec) -> None:

@@ -21,7 +21,7 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
@@ -46,7 +46,7 @@ from factory.pipeline import ShardResult, ShardTask, plan_shards, result_from_js
 from factory.progress import ProgressState, RunProgress
 from factory.recorder import DatasetRecorder
 from factory.resolve import Resolved, resolve_spec
-from factory.sim import ACTION_LAYOUT, PROPRIO_LAYOUT
+from factory.sim import ACTION_LAYOUT
 from factory.spec import SceneSpec
 from factory.worker_factory import ShardWorkerFactory
 from generators.texture_bank import ensure_texture_bank
@@ -70,8 +70,29 @@ if (
 GPUS_ENV = "DEMOFACTORY_GPUS_PER_WORKER"
 
 
-def dataset_info(spec: SceneSpec, state_size: int) -> dict:
-    """The dataset card: layout, cameras, versions and the spec itself."""
+def dataset_info(
+    spec: SceneSpec, state_size: int, resolved_robots: Mapping[str, Resolved] | None = None
+) -> dict:
+    """The dataset card: layout, cameras, versions and the spec itself.
+
+    `embodiments`: per robot its state and action layout (factory.embodiments); a mixed-robot
+    dataset's `robot` is its robots joined by "+", its state the widest robot's, zero-padded.
+    `resolved_robots`: each robot, resolved (its MuJoCo state size, its gripper's closing sign);
+    None: `state_size` for task.robot, closing on +1."""
+    from factory.embodiments import embodiments_info, robot_shares, state_layout, state_width
+
+    robots = [r for r, _ in robot_shares(spec.task)]
+    if resolved_robots:
+        sizes = {r: x.scene.state_size for r, x in resolved_robots.items()}
+        signs = {r: x.scene.gripper_sign for r, x in resolved_robots.items()}
+    else:
+        sizes, signs = {spec.task.robot: state_size}, {}
+    width = state_width(spec)
+    layout = (
+        state_layout(robots[0])
+        if len(robots) == 1
+        else [["eef_pos", 3], ["eef_quat_xyzw", 4], ["gripper_qpos", width - 7]]
+    )
     versions = {
         pkg: _version(pkg)
         for pkg in ("demofactory", "robosuite", "mujoco", "numpy", "ray", "webdataset")
@@ -81,15 +102,13 @@ def dataset_info(spec: SceneSpec, state_size: int) -> dict:
         "name": spec.name,
         "fps": spec.task.control_freq,
         "env": spec.task.env,
-        "robot": spec.task.robot,
+        "robot": "+".join(robots),
+        "embodiments": embodiments_info(spec, sizes, signs),
         "cameras": [
             camera_entry(c.name, c.width, c.height, c.depth, c.segmentation, list(spec.objects))
             for c in spec.cameras
         ],
-        "state": {
-            "dim": sum(n for _, n in PROPRIO_LAYOUT),
-            "layout": [[k, n] for k, n in PROPRIO_LAYOUT],
-        },
+        "state": {"dim": width, "layout": layout},
         "action": {
             "dim": sum(n for _, n in ACTION_LAYOUT),
             "layout": [[k, n] for k, n in ACTION_LAYOUT],
@@ -329,7 +348,8 @@ def _run_locked(
         )
     shards_dir(out_dir).mkdir(exist_ok=True)
     _remove_stale_temporaries(out_dir)
-    save_dataset_info(out_dir, dataset_info(spec, resolved.scene.state_size))
+    robots = resolved.robots or {spec.task.robot: resolved}  # each robot's state size and sign
+    save_dataset_info(out_dir, dataset_info(spec, resolved.scene.state_size, robots))
     bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
     if bank is not None:  # once per dataset, before any worker needs it; reused when complete
         params = texture_bank_params(bank)
@@ -390,7 +410,7 @@ def _run_locked(
         try:
             if left:
                 cluster.run(
-                    resolved.demos,
+                    resolved.worker_demos,  # a mixed-robot spec's: every robot's
                     todo,
                     on_result,
                     on_attempt=progress.attempt,

@@ -139,7 +139,7 @@ def run_waypoints(scene: Scene, waypoints: list[WaypointSpec]) -> tuple[np.ndarr
     for point in waypoints:
         obj = scene.object_pose(point.relative_to) if point.relative_to is not None else None
         target = waypoint_target(point, obj, previous)
-        grip = GRIPPER_ACTION[point.gripper]
+        grip = GRIPPER_ACTION[point.gripper] * scene.gripper_sign  # Jaco closes on -1
         for pose in interpolate_poses(previous, target, point.steps):
             action = np.append(
                 pose_to_delta_action(pose, scene.eef_pose(), max_dpos, max_drot, frame), grip

@@ -47,6 +47,9 @@ def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 
+    from factory.gripper_fixes import install
+
+    install()  # robosuite's Robotiq 85 with its finger linkage closed (robosuite#772)
     controller = load_composite_controller_config(controller="BASIC", robot=task.robot)
     return robosuite.make(
         task.env,
@@ -166,6 +169,11 @@ class Scene:
             else (None, "task.fast_control: false")
         )
         self.physics = self._make_physics()
+        # +1 or -1: the gripper command that closes this hand, measured at its finger pads
+        self.gripper_sign = 1
+        from factory.gripper_sign import closing_sign
+
+        self.gripper_sign = closing_sign(self)
 
     def _make_physics(self) -> ScenePhysics:
         """The physics a draw changes; a spec's `physics:` targets are checked here (SpecError)."""
@@ -479,7 +487,7 @@ class Scene:
             self._fast.step(acting)
         else:
             self.env.step(acting)
-        self.gripper_closed = bool(action[-1] > 0)
+        self.gripper_closed = bool(action[-1] * self.gripper_sign > 0)
 
     @property
     def fast_control(self) -> bool:

@@ -57,6 +57,7 @@ from factory.spec_sections import (  # noqa: F401 (re-exported: factory.spec is 
     PlacementRange,
     PlacementSpec,
     RenderSpec,
+    RobotShare,
     RobustnessSpec,
     ScriptSpec,
     SubtaskSpec,

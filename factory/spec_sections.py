@@ -29,6 +29,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class RobotShare(_Strict):
+    """One robot of a mixed-robot dataset and its share of the attempts."""
+
+    robot: str = Field(description="robosuite robot, as task.robot takes it (e.g. Sawyer).")
+    share: float = Field(
+        gt=0,
+        description="Its weight among task.robots: shares are divided by their sum, so "
+        "[1, 1, 2] and [0.25, 0.25, 0.5] are the same mix. Attempts are assigned by attempt "
+        "id (factory.embodiments), so every range of attempts holds the mix to within ~2.",
+    )
+
+
 class TaskSpec(_Strict):
     """The robosuite task: environment, robot, controller, episode length and success."""
 
@@ -38,6 +50,14 @@ class TaskSpec(_Strict):
         description="robosuite robot: one fixed-base arm whose gripper has finger pads (Panda, "
         "Sawyer, IIWA, UR5e, Kinova3, Jaco). Seed demos of any of them are carried over through "
         "each gripper's grasp frame, whichever robot recorded them.",
+    )
+    robots: list[RobotShare] | None = Field(
+        None,
+        description="A mixed-robot dataset: robots with a share each, e.g. [{robot: Panda, "
+        "share: 0.5}, {robot: Sawyer, share: 0.5}]. Each attempt runs on one of them; every "
+        "episode and sample names its robot (its embodiment). task.robot, if also given, must be "
+        "one of them (default: the first; `factory validate` and ADR use it). null: task.robot "
+        "alone.",
     )
     controller: Literal["OSC_POSE"] = Field(
         "OSC_POSE", description="Arm controller; generation emits delta end-effector poses."
@@ -66,6 +86,37 @@ class TaskSpec(_Strict):
         if text is not None and parse_predicate(text).mentions("success"):
             raise ValueError(f"task.success cannot refer to itself ('success'), got {text!r}")
         return text
+
+    @model_validator(mode="before")
+    @classmethod
+    def _robot_or_robots(cls, data):
+        robots = data.get("robots") if isinstance(data, dict) else None
+        if not isinstance(robots, list) or not robots or not isinstance(robots[0], dict):
+            return data  # a bad or empty list is the field validators' to report
+        # task.robot stays what `factory validate`, ADR and the first env are built with: one
+        # of the list (a spec extending a single-robot one inherits its task.robot)
+        names = [r.get("robot") for r in robots if isinstance(r, dict)]
+        if "robot" in data and data["robot"] not in names:
+            raise ValueError(
+                f"task.robot ({data['robot']!r}) is not among task.robots "
+                f"({', '.join(map(str, names))}): list a mixed dataset's robots in task.robots"
+            )
+        return {"robot": names[0], **data}
+
+    @field_validator("robots")
+    @classmethod
+    def _robots(cls, robots: list[RobotShare] | None) -> list[RobotShare] | None:
+        if robots is None:
+            return None
+        if not robots:
+            raise ValueError(
+                "task.robots needs at least one robot, e.g. [{robot: Panda, share: 1}]"
+            )
+        names = [r.robot for r in robots]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"task.robots names {', '.join(twice)} more than once")
+        return robots
 
 
 class SubtaskSpec(_Strict):

@@ -124,6 +124,12 @@ def check_dataset(dataset: Path, scene: Scene) -> dict:
             f"but --spec {spec.path} builds {spec.task.env!r} (state size {scene.state_size}); "
             "pass the spec it was made from"
         )
+    robots = sorted(info.get("embodiments") or {})
+    if len(robots) > 1:  # observations read object poses at one model's state addresses
+        raise UserError(
+            f"{dataset}: a mixed-robot dataset ({', '.join(robots)}); train-eval trains and "
+            "rolls out one robot: make a dataset per robot (task.robot)"
+        )
     return info
 
 

@@ -27,4 +27,8 @@ class ShardWorkerFactory:
         from factory.pipeline import ShardWorker  # imports mujoco (and so fixes MUJOCO_GL)
 
         route_mujoco_warnings()  # not into MUJOCO_LOG.TXT in the worker's working directory
+        if self.spec.task.robots:  # a mixed-robot dataset: one env per robot, built on need
+            from factory.embodiments import MixedShardWorker
+
+            return MixedShardWorker(self.spec)
         return ShardWorker(self.spec, ())

@@ -71,6 +71,8 @@ class AnnotatedDemo:
     # [N] where generation starts, in the generation model, when that is not the demo's first
     # state: a demo of another robot (objects as recorded, the robot at its own home pose).
     start: np.ndarray | None = None
+    # The robot it was annotated for (the generation robot; a mixed dataset has one set a robot).
+    robot: str = ""
 
     @property
     def start_state(self) -> np.ndarray:

@@ -248,6 +248,8 @@ class _Gr00tWriter:
                 "length": episode.length,
                 "demofactory_episode_index": episode.record.index,
                 "demofactory_seed": episode.record.seed,
+                # the robot of a mixed-robot dataset's episode (info.json's robot_type joins all)
+                **_embodiment(episode.record.provenance),
             }
         )
         self.episodes_stats.append(stats)
@@ -349,3 +351,8 @@ def _info(source: Source, writer: _Gr00tWriter, embodiment: str) -> dict[str, An
         "video_path": VIDEO_PATH if source.cameras else None,
         "features": features,
     }
+
+
+def _embodiment(provenance: Mapping[str, Any]) -> dict[str, str]:
+    robot = provenance.get("embodiment")
+    return {"demofactory_embodiment": robot} if isinstance(robot, str) and robot else {}

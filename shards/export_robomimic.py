@@ -179,6 +179,12 @@ def _env_args(source: Source) -> dict[str, Any]:
     task = (source.info.get("spec") or {}).get("task") or {}
     env_name = task.get("env") or source.info.get("env")
     robot = task.get("robot") or source.info.get("robot")
+    robots = source.info.get("embodiments") or {}
+    if len(robots) > 1:  # robomimic's env_args rebuild one env: one robot, one state size
+        raise ExportError(
+            f"{source.dir}: a mixed-robot dataset ({', '.join(sorted(robots))}); a robomimic "
+            "file replays its states in one robot's env: export to lerobot or gr00t instead"
+        )
     if not env_name or not robot:
         raise ExportError(
             f"{source.dir}: dataset_info.json names no env or robot "

@@ -124,6 +124,8 @@ class Episode:
     provenance:  JSON-serialisable record of where it came from (source demos, placements, ...)
     depth:       camera name -> T depth PNGs (`encode_depth_png`); cameras without depth absent
     segmentation: camera name -> T label PNGs (`encode_segmentation_png`); likewise
+    embodiment:  the robot that performed it (e.g. "Panda"); "" when unknown (in a step's
+                 meta.json only when set)
     """
 
     index: int
@@ -137,6 +139,7 @@ class Episode:
     provenance: Mapping[str, Any]
     depth: Mapping[str, Sequence[bytes]] = field(default_factory=dict)
     segmentation: Mapping[str, Sequence[bytes]] = field(default_factory=dict)
+    embodiment: str = ""
 
     def __post_init__(self) -> None:
         for name in ("index", "shard", "seed"):
@@ -144,6 +147,10 @@ class Episode:
         if self.index < 0 or self.shard < 0:
             raise ValueError(
                 f"Episode index and shard must be >= 0, got {self.index}, {self.shard}"
+            )
+        if not isinstance(self.embodiment, str):
+            raise TypeError(
+                f"Episode.embodiment must be a str, got {type(self.embodiment).__name__}"
             )
         if not isinstance(self.instruction, str):
             raise TypeError(

@@ -43,6 +43,10 @@ Resampled mode: each split draws shards with replacement from its own seeded
 RNG and reads each draw whole, forever; with `epoch_length`, one rank's
 DataLoader yields exactly `epoch_length` samples an iteration, spread over its
 workers. Shards that turn out to hold no samples are dropped from the draw.
+
+Length (~560 lines): the configuration, the dataset and the resolution of its sources
+(manifest, stats, dataset_info: cameras, depth, embodiments) are one public entry,
+`make_loader`; the stages themselves are in `shards/stages.py`.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ import numpy as np
 import torch
 from braceexpand import braceexpand
 
+from shards.embodiment_stats import load_embodiment_stats
 from shards.format import (
     ACTION_KEY,
     META_KEY,
@@ -91,6 +96,7 @@ from shards.stages import (  # noqa: F401 (some re-exported: the records and sta
     episode_steps,
     group_episodes,
     group_samples,
+    keep_embodiment,
     load_npy,
     read_members,
     resample_shards,
@@ -113,6 +119,7 @@ _ITEM_KEYS = frozenset(
         "instruction",
         "episode",
         "step",
+        "embodiment_id",
         "depth",
         "segmentation",
     }
@@ -140,6 +147,7 @@ class LoaderConfig:
     depth: tuple[str, ...] = ()  # cameras whose depth to yield: float32 [1, H, W] metres
     segmentation: tuple[str, ...] = ()  # cameras whose segmentation labels to yield: int64 [H, W]
     sensor_noise: SensorNoise | None = None  # observation noise, frame drops, latency; None: off
+    embodiment: str | None = None  # one robot's episodes only (a mixed dataset); None: all
 
     def __post_init__(self) -> None:
         if self.action_horizon < 1:
@@ -198,6 +206,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
         instruction:  str
         episode:      int, global episode index
         step:         int, t
+        embodiment_id: int, the episode's robot (its position in dataset_info.json's
+                      embodiments; 0 when the dataset records none)
         <key>:        for each of `extra_keys` (e.g. "sim_state": [N] float64), this step's
                       array as stored
     Call `set_epoch(epoch)` before each epoch to change the shard order, the
@@ -212,6 +222,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         normalizer: Normalizer,
         shard_samples: Mapping[str, int] | None = None,
         shard_infos: Mapping[str, ShardInfo] | None = None,
+        embodiment_ids: Mapping[str, int] | None = None,
     ):
         """`shard_samples`: URL -> samples per the manifest, checked as each shard is read whole.
         `shard_infos`: URL -> its manifest entry; each such shard's size and sha256 are checked
@@ -226,6 +237,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self._checked: set[str] = set()
         self.config = config
         self.normalizer = normalizer
+        self.embodiment_ids = dict(embodiment_ids or {})  # robot -> its id in every item
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -257,6 +269,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
             group_samples,  # -> RawSample, one a step
             group_episodes,  # -> RawEpisode, whole
             select_episodes,  # -> RawEpisode of this split
+        ]
+        if cfg.embodiment is not None:
+            stages.append(partial(keep_embodiment, embodiment=cfg.embodiment))  # -> one robot's
+        stages += [
             partial(
                 decode_episodes,
                 cameras=cfg.cameras,
@@ -264,6 +280,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 extra_keys=cfg.extra_keys,
                 pngs=pngs,
                 perturb=self._perturb(),
+                embodiment_ids=self.embodiment_ids,
             ),  # -> EpisodeArrays
             partial(episode_steps, horizon=cfg.action_horizon),  # -> StepSample
             partial(shuffle, bufsize=cfg.shuffle_buffer, rng=self._rng(split, 1)),  # -> StepSample
@@ -317,6 +334,7 @@ def make_loader(
     depth: Sequence[str] = (),
     segmentation: Sequence[str] = (),
     sensor_noise: SensorNoise | Mapping[str, Any] | None = None,
+    embodiment: str | None = None,
 ) -> ShardDataset:
     """A `ShardDataset` over `source`; wrap it in `torch.utils.data.DataLoader`.
 
@@ -342,6 +360,11 @@ def make_loader(
     sensor_noise:   a `SensorNoise` (or its JSON dict): state noise and per-episode bias in raw
                     units (added before normalization), camera frame drops, observation latency;
                     seeded per (seed, epoch, episode), see `shards.sensor_noise`
+    embodiment:     a mixed-robot dataset: only this robot's episodes (e.g. "Sawyer"); None: all.
+                    Every item carries "embodiment_id" (int: the robot's position in
+                    dataset_info.json's embodiments; 0 in a single-robot dataset), and when
+                    stats.json has per-robot statistics (`embodiments`), each episode is
+                    normalized with its own robot's
     """
     urls, root, counts = resolve_shards(source)
     info = load_dataset_info(root) if root is not None else None
@@ -358,6 +381,7 @@ def make_loader(
         depth=_resolve_kind(depth, info, "depth"),
         segmentation=_resolve_kind(segmentation, info, "segmentation"),
         sensor_noise=resolve_sensor_noise(sensor_noise, info),
+        embodiment=_resolve_embodiment(embodiment, info),
     )
     loaded = None if normalization == "none" else _load_stats(stats, root)
     infos = {}
@@ -367,9 +391,35 @@ def make_loader(
         # shards are not among these URLs: checking their sha256 would read each twice over the
         # network; their sample counts are still checked as they are read)
         infos = {str(shards_dir(root) / info.name): info for info in load_manifest(root).shards}
+    per_robot = {}
+    if loaded is not None:
+        per_robot = {
+            robot: DatasetStats(keys=keys, extra={})
+            for robot, keys in load_embodiment_stats(loaded.extra).items()
+        }
     return ShardDataset(
-        urls, config, Normalizer(normalization, loaded), shard_samples=counts, shard_infos=infos
+        urls,
+        config,
+        Normalizer(normalization, loaded, per_robot),
+        shard_samples=counts,
+        shard_infos=infos,
+        embodiment_ids={
+            r: int(e["id"]) for r, e in ((info or {}).get("embodiments") or {}).items()
+        },
     )
+
+
+def _resolve_embodiment(embodiment: str | None, info: Mapping[str, Any] | None) -> str | None:
+    """`embodiment`, checked against dataset_info.json's embodiments when there is one."""
+    if embodiment is None:
+        return None
+    known = sorted((info or {}).get("embodiments") or {})
+    if info is not None and embodiment not in known:
+        raise ValueError(
+            f"embodiment {embodiment!r} is not in this dataset; its embodiments: "
+            f"{', '.join(known) or 'none recorded'}"
+        )
+    return embodiment
 
 
 def resolve_shards(

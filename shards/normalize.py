@@ -7,7 +7,8 @@ stats.json (`DatasetStats`: mean, std, q01, q99 per key)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,6 +31,16 @@ class Normalizer:
 
     mode: str
     stats: DatasetStats | None
+    # A mixed-robot dataset's per-robot statistics (stats.json `embodiments`): robot -> its own
+    per_embodiment: Mapping[str, DatasetStats] = field(default_factory=dict)
+
+    def for_embodiment(self, embodiment: str) -> Normalizer:
+        """The normalizer of one embodiment's steps: its own statistics when stats.json has
+        them, else this one (the dataset's)."""
+        stats = self.per_embodiment.get(embodiment)
+        if stats is None or self.mode == "none":
+            return self
+        return Normalizer(self.mode, stats)
 
     def __post_init__(self) -> None:
         if self.mode not in NORMALIZATIONS:

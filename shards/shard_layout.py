@@ -2,9 +2,10 @@
 
     step layout (the default): one WebDataset sample a time step, key e00000042_t0007
         e00000042_t0007.agentview.jpg  .agentview_depth.png  .action.npy [A]  .state.npy [S]
-        .sim_state.npy [N]  .meta.json (episode, step, length, instruction, seed, is_first/last)
+        .sim_state.npy [N]  .meta.json (episode, step, length, instruction, seed, is_first/last;
+        embodiment when the episode names one)
     episode layout: one sample an episode, key e00000042
-        e00000042.episode.json (episode, length, instruction, seed)
+        e00000042.episode.json (episode, length, instruction, seed, embodiment)
         e00000042.action.npy [T, A]  .state.npy [T, S]  .sim_state.npy [T, N]
         e00000042.t0007.agentview.jpg  .t0007.agentview_depth.png ...  (per step: t<step>.<the
         step layout's member suffix>)
@@ -129,13 +130,17 @@ def step_meta_bytes(meta: Mapping[str, Any], step: int) -> bytes:
 
 
 def episode_meta(ep: Episode) -> dict[str, Any]:
-    """What both layouts record once an episode: episode, length, instruction, seed."""
-    return {
+    """What both layouts record once an episode: episode, length, instruction, seed, and the
+    embodiment (the robot) when the episode names one."""
+    meta = {
         "episode": ep.index,
         "length": ep.length,
         "instruction": ep.instruction,
         "seed": ep.seed,
     }
+    if ep.embodiment:
+        meta["embodiment"] = ep.embodiment
+    return meta
 
 
 def _arrays(ep: Episode) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -206,7 +211,8 @@ def _expand(key: str, members: dict[str, bytes], source: str) -> Iterator[tuple[
 def _step_meta_writer(meta: Mapping[str, Any]):
     """step -> `step_meta_bytes(meta, step)`, the same bytes from a template: json.dumps per
     step cost a tenth of the low-dimensional loader's time (cProfile)."""
-    head = dumps_json({"episode": meta["episode"], "instruction": meta["instruction"]})[:-1]
+    named = {k: meta[k] for k in ("embodiment", "episode", "instruction") if k in meta}
+    head = dumps_json(named)[:-1]  # keys sorted: embodiment (when set) comes first
     tail = f', "length": {meta["length"]}, "seed": {json.dumps(meta["seed"])}, "step": '
     last = meta["length"] - 1
 
@@ -225,8 +231,13 @@ def _read_episode_meta(data: bytes | None, key: str, fail) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise fail(f"{EPISODE_META_MEMBER} is malformed JSON ({exc})") from None
     fields = ("episode", "length", "instruction", "seed")
-    if not isinstance(meta, dict) or set(meta) != set(fields):
-        raise fail(f"{EPISODE_META_MEMBER} must be an object with exactly {list(fields)}")
+    if not isinstance(meta, dict) or set(meta) - {"embodiment"} != set(fields):
+        raise fail(
+            f"{EPISODE_META_MEMBER} must be an object with exactly {list(fields)} "
+            "(and optionally embodiment)"
+        )
+    if not isinstance(meta.get("embodiment", ""), str):
+        raise fail(f"{EPISODE_META_MEMBER}: embodiment must be a string")
     for name in ("episode", "length"):
         if isinstance(meta[name], bool) or not isinstance(meta[name], int) or meta[name] < 0:
             raise fail(f"{EPISODE_META_MEMBER}: {name} must be an int >= 0, got {meta[name]!r}")

@@ -61,6 +61,7 @@ class RawEpisode:
     index: int  # global episode index
     instruction: str
     samples: tuple[RawSample, ...]  # steps 0..T-1
+    embodiment: str = ""  # the robot its meta names ("" in datasets older than embodiments)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class EpisodeArrays:
     pngs: Mapping[str, tuple[bytes, ...]] = field(
         default_factory=dict
     )  # member suffix -> T depth/label PNGs
+    embodiment_id: int = 0  # the robot's position in dataset_info.json's embodiments
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class StepSample:
     pngs: Mapping[str, bytes] = field(
         default_factory=dict
     )  # member suffix -> this step's depth/label PNG
+    embodiment_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,12 @@ def group_episodes(samples: Iterable[RawSample]) -> Iterator[RawEpisode]:
         steps.append(sample)
         if len(steps) == first["length"]:
             yield RawEpisode(
-                sample.task, ordinal, first["episode"], first["instruction"], tuple(steps)
+                sample.task,
+                ordinal,
+                first["episode"],
+                first["instruction"],
+                tuple(steps),
+                first.get("embodiment", ""),
             )
             steps, ordinal = [], ordinal + 1
     if steps:
@@ -225,6 +233,11 @@ def select_episodes(episodes: Iterable[RawEpisode]) -> Iterator[RawEpisode]:
     return (ep for ep in episodes if ep.ordinal % ep.task.parts == ep.task.part)
 
 
+def keep_embodiment(episodes: Iterable[RawEpisode], embodiment: str) -> Iterator[RawEpisode]:
+    """Episodes -> those of one embodiment (robot)."""
+    return (ep for ep in episodes if ep.embodiment == embodiment)
+
+
 def decode_episodes(
     episodes: Iterable[RawEpisode],
     cameras: Sequence[str] | None,
@@ -232,12 +245,16 @@ def decode_episodes(
     extra_keys: Sequence[str] = (),
     pngs: Sequence[str] = (),
     perturb: Callable[[EpisodeArrays], EpisodeArrays] | None = None,
+    embodiment_ids: Mapping[str, int] | None = None,
 ) -> Iterator[EpisodeArrays]:
     """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames
     per camera, and the `extra_keys` members stacked as stored.
 
     `perturb` (the loader's sensor noise, `shards.sensor_noise`) gets each episode with raw
-    states and actions, before normalization."""
+    states and actions, before normalization. Each episode is normalized with its embodiment's
+    statistics when the normalizer has them (`Normalizer.for_embodiment`); `embodiment_ids`:
+    robot -> the id its steps carry (0 for a robot not in it)."""
+    ids = embodiment_ids or {}
     for ep in episodes:
         names = cameras if cameras is not None else _jpeg_cameras(ep.samples[0])
         suffixes = [(camera, f"{camera}.jpg") for camera in names]
@@ -251,13 +268,15 @@ def decode_episodes(
                 key: np.stack([_npy(s, f"{key}.npy") for s in ep.samples]) for key in extra_keys
             },
             pngs={suffix: tuple(_member(s, suffix) for s in ep.samples) for suffix in pngs},
+            embodiment_id=ids.get(ep.embodiment, 0),
         )
         if perturb is not None:
             arrays = perturb(arrays)
+        norm = normalizer.for_embodiment(ep.embodiment)
         yield replace(
             arrays,
-            actions=normalizer.normalize(ACTION_KEY, arrays.actions),
-            states=normalizer.normalize(STATE_KEY, arrays.states),
+            actions=norm.normalize(ACTION_KEY, arrays.actions),
+            states=norm.normalize(STATE_KEY, arrays.states),
         )
 
 
@@ -278,6 +297,7 @@ def episode_steps(episodes: Iterable[EpisodeArrays], horizon: int) -> Iterator[S
                 frames={camera: frames[t] for camera, frames in ep.frames.items()},
                 extras={key: values[t] for key, values in ep.extras.items()},
                 pngs={suffix: frames[t] for suffix, frames in ep.pngs.items()},
+                embodiment_id=ep.embodiment_id,
             )
 
 
@@ -315,6 +335,7 @@ def to_torch(samples: Iterable[StepSample], image_dtype: str) -> Iterator[dict[s
             "instruction": s.instruction,
             "episode": s.episode,
             "step": s.step,
+            "embodiment_id": s.embodiment_id,
         }
         item.update((key, torch.from_numpy(np.array(value))) for key, value in s.extras.items())
         for suffix, data in s.pngs.items():

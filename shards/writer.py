@@ -6,7 +6,8 @@
          (layout "episode": one sample an episode, `shards.shard_layout.episode_members`)
       -> tar members with fixed metadata (mtime 0, uid 0, mode 0o444)
       -> .shard-000003.tar.tmp-<pid>  --fsync, os.replace-->  shard-000003.tar
-      -> its action/state partial statistics -> shard-000003.stats.json (`shards.stats`)
+      -> its action/state partial statistics (also per embodiment, `shards.embodiment_stats`)
+         -> shard-000003.stats.json (`shards.stats`)
 
 The tar is written with the stdlib `tarfile`, not webdataset's writer, so that
 equal content gives equal bytes: a retried shard is rewritten identically and
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from shards.embodiment_stats import embodiment_rows
 from shards.format import (
     ACTION_KEY,
     META_KEY,
@@ -135,6 +137,7 @@ def write_shard(
         rows = {
             ACTION_KEY: np.concatenate([ep.actions for ep in ordered]),
             STATE_KEY: np.concatenate([ep.states for ep in ordered]),
+            **embodiment_rows(ordered),  # per robot: stats.json's embodiments
         }
         save_sidecar(path, {k: partial_stats(v) for k, v in rows.items()}, info.sha256)
     return info

@@ -87,9 +87,10 @@ def test_every_robot_steps_fast_or_says_why_not(robot):
     fast = FastStepper(scene.env)
     rng = np.random.default_rng(1)
     actions = rng.uniform(-1, 1, (6, 7))
-    # The hand only closes: the Robotiq 85's linkage (UR5e, Kinova3), held by contacts alone,
-    # turns 1e-12 into centimetres when it reverses (factory.fast_step.CHECK_TOLERANCE).
+    # The hand closes, then opens (the Robotiq 85 of UR5e and Kinova3 did not survive that
+    # before factory.gripper_fixes closed its linkage).
     actions[:, 6] = 1.0
+    actions[4:, 6] = -1.0
     for action in actions[:2]:  # past robosuite's cached first step after a reset
         scene.env.step(action)
     start = scene.snapshot()
