@@ -61,9 +61,27 @@ NODE_PORT_FLAGS = (
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """`count` different TCP ports free on 127.0.0.1 now, none of `taken`. The probes stay
+    bound until all are drawn: one at a time, the OS may hand out the same port twice (a node
+    then refuses to start: "port ... is used by other components")."""
+    probes: list[socket.socket] = []
+    try:
+        ports: list[int] = []
+        while len(ports) < count:
+            probe = socket.socket()
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            if port not in taken:
+                ports.append(port)
+        return ports
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def driver_env(base: dict | None = None) -> dict:
@@ -105,6 +123,7 @@ class LocalCluster:
 
     def _start_node(self, index: int, cpus: int) -> None:
         log = self.temp_dir / f"node{index}.log"
+        ports = free_ports(len(NODE_PORT_FLAGS), taken=(self.port,))
         args = [
             f"--num-cpus={cpus}",
             f"--num-gpus={self.gpus}",
@@ -113,7 +132,7 @@ class LocalCluster:
             f"--object-store-memory={self.object_store_bytes}",
             "--min-worker-port=0",
             "--max-worker-port=0",
-            *(f"--{name}={free_port()}" for name in NODE_PORT_FLAGS),
+            *(f"--{name}={port}" for name, port in zip(NODE_PORT_FLAGS, ports, strict=True)),
         ]
         if index == 0:
             args += [

@@ -30,6 +30,7 @@ DEMOS = SPECS / "demos"
 FIXTURE_MARKS = {
     "ray_cluster": ("ray", "sim"),  # the session cluster; every test on it runs a Ray worker
     "lift_dataset": ("ray", "sim"),  # a `factory run` on that cluster
+    "small_lift_dataset": ("ray", "sim"),  # another, smaller one
     # Module fixtures that build a scene (their names mean that wherever they appear here):
     "lift": ("sim",),
     "noisy_lift": ("sim",),
@@ -168,6 +169,36 @@ def tiny_lift_spec(tmp_path_factory) -> Path:
             {"name": "robot0_eye_in_hand", "width": 40, "height": 32},
         ],
     )
+
+
+@pytest.fixture(scope="session")
+def small_lift_spec(tmp_path_factory) -> Path:
+    """Tiny Lift cut further for tests that make shards again (resume, repair, extend, store):
+    two shards of one attempt, one 32x32 camera. Rendering is what a shard costs (~40 ms a frame
+    and camera under software GL, whatever the size), so a shard here costs a quarter of one of
+    `tiny_lift_spec`'s (two attempts, two cameras)."""
+    path = tmp_path_factory.mktemp("spec") / "small_lift.yaml"
+    return write_spec(
+        path,
+        name="small_lift",
+        task={"horizon": 400},
+        generation={"attempts": 2, "attempts_per_shard": 1},
+        cameras=[{"name": "agentview", "width": 32, "height": 32}],
+    )
+
+
+@pytest.fixture(scope="session")
+def small_lift_dataset(tmp_path_factory, small_lift_spec, ray_cluster) -> Path:
+    """`factory run` on the small Lift spec, two Ray workers, once per session: tests that
+    change it work on copies."""
+    from factory.cli import main
+    from shards import load_manifest
+
+    out = tmp_path_factory.mktemp("datasets") / "small_lift"
+    run = ["run", str(small_lift_spec), "--out", str(out), "--workers", "2", "--no-progress"]
+    assert main(run) == 0
+    assert load_manifest(out).total_samples > 0  # images to read back (both attempts succeed)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from factory.adr import plot_adr, run_adr, scaled_physics
 from factory.errors import SpecError
 from factory.physics import draw_physics, physics_rng
 from factory.spec import AdrSpec, PhysicsSpec, load_spec
-from tests.conftest import REPO, SPECS
+from tests.conftest import SPECS
 
 PHYSICS = PhysicsSpec(
     friction={"cube": (0.5, 1.5)},
@@ -107,21 +105,16 @@ def test_adr_leaves_older_fingerprints_alone(tmp_path):
 @pytest.mark.sim
 @pytest.mark.ray
 @pytest.mark.slow  # a `factory run` (Ray) of two attempts after two probe rounds of one attempt
-def test_a_run_records_the_schedule_and_generates_within_it(tmp_path):
+def test_a_run_records_the_schedule_and_generates_within_it(tmp_path, ray_cluster, capsys):
+    # In this process on the session's Ray cluster: the same code as the `factory` command,
+    # without a Python start and a Ray start of its own.
+    from factory.cli import main
+
     spec = _spec_file(tmp_path, {"probe_attempts": 1, "rounds": 2, "start": 0.5, "step": 0.5})
     out = tmp_path / "out"
 
-    def factory(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "factory.cli", *map(str, args)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-
-    run = factory("run", spec, "--out", out, "--workers", "1")
-    assert run.returncode == 0, run.stderr[-2000:]
+    run = main(["run", str(spec), "--out", str(out), "--workers", "1", "--no-progress"])
+    assert run == 0, capsys.readouterr().err[-2000:]
     generation = json.loads((out / "generation.json").read_text())
     adr = generation["adr"]
     assert [h["fraction"] for h in adr["history"]][0] == 0.5 and len(adr["history"]) <= 2
@@ -129,6 +122,6 @@ def test_a_run_records_the_schedule_and_generates_within_it(tmp_path):
     assert generation["shards"]  # the recorder kept "adr" beside the shards
     for line in (out / "episodes.jsonl").read_text().splitlines():
         assert lo <= json.loads(line)["provenance"]["physics"]["mass"]["cube"] <= hi
-    plot = factory("inspect", out, "--plot", tmp_path / "adr.png")
-    assert plot.returncode == 0, plot.stderr
+    plot = main(["inspect", str(out), "--plot", str(tmp_path / "adr.png")])
+    assert plot == 0, capsys.readouterr().err
     assert Image.open(tmp_path / "adr.png").size == (480, 240)

@@ -1,9 +1,9 @@
 """Ray at scale, on a real two-node cluster on loopback: shards spread over nodes, faults survived.
 
 Every run below must end with the dataset an uninterrupted single-process run writes (same
-shard sha256s, same episodes.jsonl): a worker SIGKILLed mid-shard, the driver SIGKILLed
-mid-run and re-run, a disk that fills up (writes to /dev/full fail with ENOSPC from the
-kernel) and a re-run once it is fixed. `factory run` runs as a subprocess, as users run it.
+shard sha256s, same episodes.jsonl): a worker SIGKILLed mid-shard, a disk that fills up (writes
+to /dev/full fail with ENOSPC from the kernel), then the re-run once it is fixed SIGKILLed
+mid-run and re-run. `factory run` runs as a subprocess, as users run it.
 Last, a driver that started its own local cluster is SIGKILLed: no process of it may remain.
 """
 
@@ -187,28 +187,6 @@ def test_a_worker_killed_mid_shard_is_replaced_and_the_shard_redone(
     assert_same_dataset(tmp_path / "out", reference)
 
 
-def test_a_driver_killed_mid_run_is_resumed_to_the_same_dataset(
-    two_nodes, lowdim_spec, reference, tmp_path
-):
-    out = tmp_path / "out"
-    proc = factory_run(lowdim_spec, out, two_nodes, workers=1, wait=False)
-    wait_for(lambda: listed(out), what="the first shard in manifest.json")
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
-    before = listed(out)
-    assert 0 < len(before) < len(listed(reference))  # killed mid-run
-    # Ray ends the dead driver's actors: nothing of that run is left on the cluster.
-    wait_for(lambda: not actors(two_nodes), timeout_s=60, what="the killed run's workers to exit")
-    mtimes = {name: (out / "shards" / name).stat().st_mtime_ns for name in before}
-
-    code, stdout, stderr = factory_run(lowdim_spec, out, two_nodes, workers=2)
-    assert code == 0, stderr
-    assert_same_dataset(out, reference)
-    assert {
-        name: (out / "shards" / name).stat().st_mtime_ns for name in before
-    } == mtimes  # kept, not redone
-
-
 def test_a_node_lost_and_a_node_joining_mid_run_give_the_same_dataset(
     lowdim_spec, reference, tmp_path
 ):
@@ -251,9 +229,13 @@ def test_a_node_lost_and_a_node_joining_mid_run_give_the_same_dataset(
     assert len({entry["node"] for entry in generation["shards"].values()}) == 1
 
 
-def test_a_full_disk_stops_in_one_line_keeping_finished_shards_and_resumes(
+def test_a_full_disk_then_a_killed_driver_are_resumed_to_the_same_dataset(
     two_nodes, lowdim_spec, reference, tmp_path
 ):
+    """Two faults on one dataset (one `factory run` fewer than a dataset per fault): a disk
+    that fills up stops the run in one line keeping the finished shards; once it is fixed, the
+    re-run's driver is SIGKILLed after it listed a shard; the next re-run finishes with the
+    bytes of an uninterrupted run, redoing no listed shard."""
     out = tmp_path / "out"
     wait_for(
         lambda: not actors(two_nodes), timeout_s=60, what="the workers of earlier runs to exit"
@@ -282,9 +264,23 @@ def test_a_full_disk_stops_in_one_line_keeping_finished_shards_and_resumes(
 
     for link in (out / "shards").glob(".shard-*"):  # the disk is "fixed"
         link.unlink()
+    wait_for(lambda: not actors(two_nodes), timeout_s=60, what="the stopped run's workers to exit")
+    proc = factory_run(lowdim_spec, out, two_nodes, workers=1, wait=False)
+    wait_for(lambda: len(listed(out)) > len(kept), what="a shard of the re-run in manifest.json")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    before = listed(out)
+    assert kept.items() <= before.items() and len(before) < len(listed(reference))  # mid-run
+    # Ray ends the dead driver's actors: nothing of that run is left on the cluster.
+    wait_for(lambda: not actors(two_nodes), timeout_s=60, what="the killed run's workers to exit")
+    mtimes = {name: (out / "shards" / name).stat().st_mtime_ns for name in before}
+
     code, stdout, stderr = factory_run(lowdim_spec, out, two_nodes, workers=2)
     assert code == 0, stderr
     assert_same_dataset(out, reference)
+    assert {
+        name: (out / "shards" / name).stat().st_mtime_ns for name in before
+    } == mtimes  # kept, not redone
 
 
 def test_a_driver_killed_with_its_own_local_cluster_leaves_no_ray_process(lowdim_spec, tmp_path):

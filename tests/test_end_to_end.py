@@ -112,16 +112,22 @@ def test_inspect_json_reports_the_success_rate(lift_dataset, capsys):
     assert sum(report["failures"].values()) == 4 - report["successes"]
 
 
+# The tests that make shards again work on the small Lift dataset (tests/conftest.py: two shards
+# of one attempt, one camera), whose shards cost a quarter of the tiny one's to render.
+
+
 @pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
-def test_a_shard_rewritten_in_one_process_is_byte_identical(lift_dataset, tiny_lift_spec, tmp_path):
+def test_a_shard_rewritten_in_one_process_is_byte_identical(
+    small_lift_dataset, small_lift_spec, tmp_path
+):
     """Shard bytes depend on the spec and the shard index, not on the worker or worker count."""
-    spec = load_spec(tiny_lift_spec)
+    spec = load_spec(small_lift_spec)
     resolved = resolve_spec(spec)
     task = plan_shards(spec)[1]
     worker = ShardWorker(spec, resolved.demos, resolved.scene)
     result = worker.run_shard(task, tmp_path)
     worker.close()
-    listed = load_manifest(lift_dataset).by_name()[task.name]
+    listed = load_manifest(small_lift_dataset).by_name()[task.name]
     assert result.info.sha256 == listed.sha256
 
 
@@ -143,36 +149,43 @@ def test_rerun_resumes_without_redoing_shards(lift_dataset, tiny_lift_spec, ray_
 
 
 @pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
-def test_more_attempts_extend_the_dataset(lift_dataset, tiny_lift_spec, tmp_path, ray_cluster):
+def test_more_attempts_extend_the_dataset(
+    small_lift_dataset, small_lift_spec, tmp_path, ray_cluster
+):
     """Raising --attempts on the same output keeps finished shards and adds new ones."""
     from factory.cli import main
 
     copy = tmp_path / "extended"
-    subprocess.run(["cp", "-r", str(lift_dataset), str(copy)], check=True)
+    subprocess.run(["cp", "-r", str(small_lift_dataset), str(copy)], check=True)
     kept = {p.name: sha256_file(p) for p in shards_dir(copy).glob("*.tar")}
     assert (
-        main(["run", str(tiny_lift_spec), "--out", str(copy), "--attempts", "6", "--no-progress"])
+        main(["run", str(small_lift_spec), "--out", str(copy), "--attempts", "3", "--no-progress"])
         == 0
     )
     manifest = load_manifest(copy).by_name()
     assert set(manifest) == set(kept) | {"shard-000002.tar"}
     assert all(manifest[name].sha256 == digest for name, digest in kept.items())
-    data = yaml.safe_load(tiny_lift_spec.read_text())
-    assert data["generation"]["attempts"] == 4  # the spec file itself is untouched
+    data = yaml.safe_load(small_lift_spec.read_text())
+    assert data["generation"]["attempts"] == 2  # the spec file itself is untouched
 
 
 @pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
-def test_generate_until_n_successes_stops_early_and_reports_subtasks(
-    tiny_lift_spec, tmp_path, ray_cluster
-):
+def test_generate_until_n_successes_stops_early_and_reports_subtasks(tmp_path, ray_cluster):
     from factory.cli import main
     from factory.report import summarize
+    from tests.conftest import write_spec
 
-    out = tmp_path / "until1"
-    assert (
-        main(["run", str(tiny_lift_spec), "--out", str(out), "--successes", "1", "--no-progress"])
-        == 0
+    # The tiny Lift spec without cameras: stopping early is about attempts and shards, and
+    # rendering (~40 ms a frame and camera under software GL) would be most of the run.
+    spec = write_spec(
+        tmp_path / "until.yaml",
+        name="tiny_lift_lowdim",
+        task={"horizon": 400},
+        generation={"attempts": 4, "attempts_per_shard": 2},
+        cameras=[],
     )
+    out = tmp_path / "until1"
+    assert main(["run", str(spec), "--out", str(out), "--successes", "1", "--no-progress"]) == 0
     report = summarize(out)
     manifest = load_manifest(out)
     # The shortest prefix of shards (by index) holding one success: whatever the worker count.
@@ -213,14 +226,16 @@ def test_verify_export_and_preview_commands_on_a_real_dataset(lift_dataset, tmp_
 
 
 @pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
-def test_a_damaged_shard_is_redone_on_rerun(lift_dataset, tiny_lift_spec, tmp_path, ray_cluster):
+def test_a_damaged_shard_is_redone_on_rerun(
+    small_lift_dataset, small_lift_spec, tmp_path, ray_cluster
+):
     """Every shard is listed, so the driver's quick look (no checksums) starts no cluster; the
     checksums under the lock find the damage, and a cluster is started for that shard alone."""
     from factory.cli import main
     from factory.run import _shards_left
 
     copy = tmp_path / "damaged"
-    subprocess.run(["cp", "-r", str(lift_dataset), str(copy)], check=True)
+    subprocess.run(["cp", "-r", str(small_lift_dataset), str(copy)], check=True)
     listed = load_manifest(copy).by_name()
     damaged = shards_dir(copy) / "shard-000001.tar"
     data = bytearray(damaged.read_bytes())
@@ -228,10 +243,10 @@ def test_a_damaged_shard_is_redone_on_rerun(lift_dataset, tiny_lift_spec, tmp_pa
     damaged.write_bytes(bytes(data))
     untouched = shards_dir(copy) / "shard-000000.tar"
     mtime = untouched.stat().st_mtime_ns
-    spec = load_spec(tiny_lift_spec)
+    spec = load_spec(small_lift_spec)
     assert _shards_left(copy, spec, plan_shards(spec)) == 0  # the quick look cannot see the damage
 
-    assert main(["run", str(tiny_lift_spec), "--out", str(copy), "--no-progress"]) == 0
+    assert main(["run", str(small_lift_spec), "--out", str(copy), "--no-progress"]) == 0
 
     assert sha256_file(damaged) == listed[damaged.name].sha256  # rewritten, byte for byte
     assert untouched.stat().st_mtime_ns == mtime  # the sound shard was not redone

@@ -529,8 +529,11 @@ def test_read_only_out(built, tmp_path):
     )
 
 
-def test_resume_repairs_malformed_records(built, tmp_path, factory_here):
-    spec, dataset = built
+def test_resume_repairs_malformed_records(
+    small_lift_spec, small_lift_dataset, tmp_path, factory_here
+):
+    # The session's small Lift (two shards of one attempt, one camera): both are made again.
+    spec, dataset = small_lift_spec, small_lift_dataset
     data = copy_of(dataset, tmp_path)
     shards = {k: v for k, v in files(data).items() if k.startswith("shards/")}
     (data / "manifest.json").write_text("")

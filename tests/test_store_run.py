@@ -1,7 +1,12 @@
 """`factory run --out s3://...` against a real S3-compatible server on loopback (moto over HTTP,
 s3fs), on the session's real Ray cluster: workers put shards in the store themselves, the store
 goes away mid-run (one line, exit 2), and the same command then finishes the dataset with the
-bytes of an uninterrupted local run."""
+bytes of an uninterrupted local run.
+
+The run is the session's small Lift (tests/conftest.py: two shards of one attempt, one 32x32
+camera): the outage makes three shards (the first run's two, the resumed run's one), and
+rendering is what a shard costs.
+"""
 
 from __future__ import annotations
 
@@ -43,11 +48,12 @@ def _close_when_stored(server, bucket: str, key: str, stop: threading.Event) -> 
 
 
 def test_a_run_into_the_store_survives_an_outage_and_matches_a_local_run(
-    s3_env, tiny_lift_spec, lift_dataset, capsys
+    s3_env, small_lift_spec, small_lift_dataset, capsys
 ):
+    reference = small_lift_dataset  # the same spec, run into a local directory
     bucket = s3_env.make_bucket("runs")
     url = f"s3://{bucket}/lift"
-    run = ["run", str(tiny_lift_spec), "--out", url, "--workers", "1", "--no-progress"]
+    run = ["run", str(small_lift_spec), "--out", url, "--workers", "1", "--no-progress"]
     stop = threading.Event()
     watcher = threading.Thread(
         # cut once the first shard is committed in the store (its journal line is there): the
@@ -69,17 +75,17 @@ def test_a_run_into_the_store_survives_an_outage_and_matches_a_local_run(
     capsys.readouterr()
 
     store = Store(url)
-    local = {info.name: info.sha256 for info in load_manifest(lift_dataset).shards}
+    local = {info.name: info.sha256 for info in load_manifest(reference).shards}
     from shards.remote import pull_metadata
 
     stored = {info.name: info.sha256 for info in load_manifest(pull_metadata(store)).shards}
     assert stored == local  # the bytes of the uninterrupted local run
-    assert store.read_bytes("stats.json") == (lift_dataset / "stats.json").read_bytes()
-    assert store.read_bytes("episodes.jsonl") == (lift_dataset / "episodes.jsonl").read_bytes()
+    assert store.read_bytes("stats.json") == (reference / "stats.json").read_bytes()
+    assert store.read_bytes("episodes.jsonl") == (reference / "episodes.jsonl").read_bytes()
     assert main(["verify", url]) == 0
     assert f"ok: {url}" in capsys.readouterr().out
     steps = sum(1 for _ in make_loader(url, cameras=["agentview"], action_horizon=2))
-    assert steps == load_manifest(lift_dataset).total_samples
+    assert steps == load_manifest(reference).total_samples
 
 
 def test_a_run_into_a_missing_bucket_is_one_line(s3_env, tiny_lift_spec, capsys):
