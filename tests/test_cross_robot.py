@@ -1,5 +1,5 @@
 """Another robot than the one that recorded the seed demos: grasp frames, the robot check, and a
-real generation on IIWA from the Panda's Lift demo (factory.cross_robot)."""
+real generation on UR5e from the Panda's Lift demo (factory.cross_robot)."""
 
 from __future__ import annotations
 
@@ -113,14 +113,14 @@ def test_the_recording_robot_is_read_from_the_file(tmp_path):
 
 
 @pytest.mark.sim
-def test_iiwa_generates_lift_from_a_panda_demo():
+def test_ur5e_generates_lift_from_a_panda_demo():
     from factory.resolve import resolve_spec
     from factory.spec import load_spec
     from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 
     one_demo = str(DEMOS / "lift_panda_1demo_robosuite100.hdf5")
     spec = load_spec(
-        REPO / "scene_specs/lift_lowdim.yaml", {"task.robot": "IIWA", "seed_demos": [one_demo]}
+        REPO / "scene_specs/lift_lowdim.yaml", {"task.robot": "UR5e", "seed_demos": [one_demo]}
     )
     resolved = resolve_spec(spec)
     demo, scene = resolved.demos[0], resolved.scene
@@ -128,16 +128,20 @@ def test_iiwa_generates_lift_from_a_panda_demo():
     # The cameras a spec names are the Panda's: robosuite names each robot's alike, so a dataset
     # keeps its image keys whichever robot made it.
     assert {"agentview", "robot0_eye_in_hand"} <= set(scene.camera_names())
-    # The start is IIWA's own model state: its arm at home, the cube where the Panda demo had it.
+    # The start is UR5e's own model state (6 arm joints to the Panda's 7): its arm at home, the
+    # cube where the Panda demo had it.
     assert demo.start_state.shape == (scene.state_size,)
     arm = scene.env.robots[0]
-    np.testing.assert_allclose(demo.start_state[1:8], arm.init_qpos)
+    assert len(arm.init_qpos) == 6
+    np.testing.assert_allclose(demo.start_state[1:7], arm.init_qpos)
     panda_cube = demo.demo.states[0][1 + 9 : 1 + 16]  # Panda: 7 arm + 2 finger joints, then cube
     np.testing.assert_allclose(
         demo.start_state[1 + scene.model.nq - 7 : 1 + scene.model.nq], panda_cube
     )
     # One attempt (cube moved and turned by its seed): the Panda's grasp, carried over by the
-    # grasp frames, lifts the cube with IIWA's Robotiq 140 (10 of 10 in benchmarks/).
+    # grasp frames, lifts the cube with UR5e's Robotiq 85, repaired (factory.gripper_fixes) and
+    # stepped by the fast loop (100 of 100 in benchmarks/).
+    assert scene.fast_control, scene.fast_control_note
     attempt = generate_attempt(
         scene, resolved.demos, AttemptPlan(0, 0, attempt_seed(0, 0, 0)), resolved.params
     )
