@@ -125,10 +125,10 @@ def check_dataset(dataset: Path, scene: Scene) -> dict:
             "pass the spec it was made from"
         )
     robots = sorted(info.get("embodiments") or {})
-    if len(robots) > 1:  # observations read object poses at one model's state addresses
+    if len(robots) > 1:  # one model's state addresses: train_eval sends these to train_eval_mixed
         raise UserError(
-            f"{dataset}: a mixed-robot dataset ({', '.join(robots)}); train-eval trains and "
-            "rolls out one robot: make a dataset per robot (task.robot)"
+            f"{dataset}: a mixed-robot dataset ({', '.join(robots)}); this check reads one "
+            "robot's state: use factory.train_eval_mixed"
         )
     return info
 
@@ -140,9 +140,11 @@ def load_training_data(
     camera: str | None = None,
     batch: int = 2048,
     sensor_noise: str | None = None,
+    embodiment: str | None = None,
 ) -> TrainingData:
     """One pass of the streaming loader over `dataset`: observations, raw action chunks, masks
-    (and frames); `sensor_noise`: TrainEvalConfig.sensor_noise's JSON, applied by the loader."""
+    (and frames); `sensor_noise`: TrainEvalConfig.sensor_noise's JSON, applied by the loader;
+    `embodiment`: one robot's episodes of a mixed-robot dataset (None: all)."""
     cameras = [camera] if camera is not None else []
     try:
         noise = resolve_sensor_noise(
@@ -157,6 +159,7 @@ def load_training_data(
         normalization="none",
         extra_keys=["sim_state"],
         sensor_noise=noise,
+        embodiment=embodiment,
     )
     loader = torch.utils.data.DataLoader(stream, batch_size=batch, num_workers=0)
     obs, chunks, masks, episode, images = [], [], [], [], []
@@ -437,6 +440,13 @@ def train_eval(
             "the spec lists none"
         )
     torch.set_num_threads(config.threads)
+    if (
+        config.embodiment is not None
+        or len(require_dataset_info(dataset).get("embodiments") or {}) > 1
+    ):
+        from factory.train_eval_mixed import train_eval_mixed  # one policy, several robots
+
+        return train_eval_mixed(dataset, resolved, config, log, save)
     scene = resolved.scene
     info = check_dataset(dataset, scene)
     physics = None if config.eval_physics is None else load_eval_physics(config.eval_physics, scene)

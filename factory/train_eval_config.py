@@ -91,6 +91,11 @@ class TrainEvalConfig(BaseModel):
         "episode in raw state units (a number, or a list with one per dimension), camera "
         "frame-drop probability, observation latency in steps (unset: none)",
     )
+    embodiment: str | None = Field(
+        None,
+        description="a mixed-robot dataset: train on this robot's episodes only and roll out on "
+        "it (the per-robot baseline; unset: one policy on every robot, rolled out on each)",
+    )
     eval_physics: str | None = Field(
         None,
         description="roll out under other physics: a YAML file holding a physics: mapping of the "

@@ -239,6 +239,32 @@ def test_the_loader_filters_one_robot_and_normalises_each_with_its_own(mixed_dat
 
 
 @pytest.mark.sim
+def test_train_eval_trains_one_policy_on_both_robots_and_rolls_out_on_each(mixed_dataset):
+    # The mixed path of `factory train-eval` (factory.train_eval_mixed), at toy size: the figures
+    # are benchmarks/bench_mixed_policy.py's; here, which episodes train and where it rolls out.
+    from factory.errors import UserError
+    from factory.train_eval import TrainEvalConfig, train_eval
+
+    out, result, resolved = mixed_dataset
+    lengths = {e.provenance["embodiment"]: e.length for e in result.episodes}
+    config = TrainEvalConfig(
+        steps=10, batch_size=16, hidden=16, layers=1, rollouts=1, eval_horizon=4, drop_idle=False
+    )
+    report = train_eval(out, resolved, config)
+    assert report["trained_on"] == ["Panda", "Sawyer"] == list(report["per_robot"])
+    assert {r: v["steps_trained_on"] for r, v in report["per_robot"].items()} == lengths
+    assert report["observation"]["dim"] == report["observation"]["proprio_width"] + 10 + 1 + 2
+    rollouts = report["per_rollout"]
+    assert [r["robot"] for r in rollouts] == ["Panda", "Sawyer"]
+    assert rollouts[0]["placement"] == rollouts[1]["placement"]  # same seed, same placement
+    own = train_eval(out, resolved, config.model_copy(update={"embodiment": "Sawyer"}))
+    assert own["trained_on"] == ["Sawyer"] == list(own["per_robot"])
+    assert own["steps_trained_on"] == lengths["Sawyer"]
+    with pytest.raises(UserError, match="--embodiment UR5e.*Panda, Sawyer"):
+        train_eval(out, resolved, config.model_copy(update={"embodiment": "UR5e"}))
+
+
+@pytest.mark.sim
 def test_the_contact_sheet_shows_each_robots_rows(mixed_dataset):
     from factory.contact_sheet import sheet_records
     from shards import load_episodes
