@@ -13,6 +13,24 @@ from tests.conftest import SPECS
 pytestmark = pytest.mark.sim
 
 
+def both_ways(scene, fast, actions):
+    """From the scene's state now: `actions` through env.step, then again from the same start
+    through `fast`. Returns (start snapshot, env.step states, fast states, env.step's gripper
+    action at the end)."""
+    start = scene.snapshot()
+    reference = []
+    for action in actions:
+        scene.env.step(action)
+        reference.append(scene.get_state())
+    reference_grip = scene.snapshot().gripper_action
+    scene.restore(start)
+    ours = []
+    for action in actions:
+        fast.step(action)
+        ours.append(scene.get_state())
+    return start, np.array(reference), np.array(ours), reference_grip
+
+
 @pytest.mark.parametrize(
     "spec_name",
     [
@@ -35,17 +53,7 @@ def test_fast_steps_follow_env_step(spec_name):
         :3
     ]:  # past the first step after a reset, where robosuite uses cached dynamics
         scene.env.step(action)
-    start = scene.snapshot()
-    reference = []
-    for action in actions[3:]:
-        scene.env.step(action)
-        reference.append(scene.get_state())
-    reference_grip = scene.snapshot().gripper_action
-    scene.restore(start)
-    ours = []
-    for action in actions[3:]:
-        fast.step(action)
-        ours.append(scene.get_state())
+    start, reference, ours, reference_grip = both_ways(scene, fast, actions[3:])
     # Same operations up to BLAS summation order: 1e-14 per step, grown a little by contacts.
     np.testing.assert_allclose(np.array(ours), np.array(reference), rtol=0, atol=1e-9)
     assert not np.array_equal(ours[0], start.state)  # it moved
@@ -93,15 +101,6 @@ def test_every_robot_steps_fast_or_says_why_not(robot):
     actions[4:, 6] = -1.0
     for action in actions[:2]:  # past robosuite's cached first step after a reset
         scene.env.step(action)
-    start = scene.snapshot()
-    reference = []
-    for action in actions[2:]:
-        scene.env.step(action)
-        reference.append(scene.get_state())
-    scene.restore(start)
-    ours = []
-    for action in actions[2:]:
-        fast.step(action)
-        ours.append(scene.get_state())
+    start, reference, ours, _ = both_ways(scene, fast, actions[2:])
     np.testing.assert_allclose(np.array(ours), np.array(reference), rtol=0, atol=1e-9)
     assert not np.array_equal(ours[0], start.state)
