@@ -36,10 +36,11 @@ def make_collect_env(spec: SceneSpec, viewer: bool):
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 
-    from factory.gripper_fixes import install
+    from factory import arm_fixes, gripper_fixes
     from factory.scene_build import env_kwargs
 
-    install()  # the hands generation builds (factory.sim.make_env)
+    gripper_fixes.install()  # the hands and arms generation builds (factory.sim.make_env)
+    arm_fixes.install()
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
     return robosuite.make(
         spec.task.env,

@@ -17,7 +17,8 @@ The test suite checks it against `env.step` on random actions: states agree to
 1e-9 after 20 control steps (the same formulas, evaluated in another order). Any
 configuration it does not reproduce (another controller type, interpolation,
 variable impedance, a mobile base) is refused at construction, and so is a robot on which
-a few steps do not land where env.step's do (`check_against_env_step`: IIWA); the Scene then
+a few steps do not land where env.step's do (`check_against_env_step`: robosuite's own IIWA,
+whose controller frame turns with its first joint, before `factory.arm_fixes`); the Scene then
 falls back to `env.step` and `factory validate` says why.
 """
 
@@ -358,10 +359,12 @@ def _check_arm(arm) -> None:
 WARM_UP = np.array([[0.5, -0.5, 0.5, 0.3, -0.3, 0.3, 1.0], [-0.5, 0.5, -0.2, -0.3, 0.3, 0.0, -1.0]])
 CHECK_STEPS = 6  # control steps compared with env.step when a Scene adopts a FastStepper
 # State difference allowed after them. Measured from a fresh reset: 1e-6 on the Jaco hand
-# (robosuite's first step after a reset uses cached dynamics), 1e-1 on IIWA (its arm torques
-# differ); 1e+0 on robosuite 1.5's own Robotiq 85 (UR5e, Kinova3: its finger linkage, held
-# together by contacts alone, turns round-off into centimetres when it reverses), 1e-12 on the
-# repaired one the factory builds (factory.gripper_fixes).
+# (robosuite's first step after a reset uses cached dynamics), 1e-1 on robosuite's own IIWA
+# (its controller frame sits on link_1 and turns within a control step; 1e-13 once
+# factory.arm_fixes puts it on the fixed base); 1e+0 on robosuite 1.5's own Robotiq 85 (UR5e,
+# Kinova3: its finger linkage, held together by contacts alone, turns round-off into
+# centimetres when it reverses), 1e-12 on the repaired one the factory builds
+# (factory.gripper_fixes).
 CHECK_TOLERANCE = 1e-4
 
 
@@ -369,10 +372,10 @@ def check_against_env_step(env, stepper: FastStepper) -> None:
     """Raise Unsupported unless CHECK_STEPS steps of `stepper` land where env.step's do.
 
     The checks in `__init__` cover the configurations robosuite documents; a robot model can
-    still add something robosuite's loop does and this one does not (measured: IIWA's arm
-    torques differ), or amplify round-off (an open linkage). A few steps from the state now,
-    the hand closing then opening, both ways, settle it for the robot at hand; the env is left
-    exactly as it was.
+    still add something robosuite's loop does and this one does not (measured: robosuite's own
+    IIWA, whose controller frame moves within a control step), or amplify round-off (an open
+    linkage). A few steps from the state now, the hand closing then opening, both ways, settle it
+    for the robot at hand; the env is left exactly as it was.
     """
     data = stepper.data
     original = _saved(env, stepper)

@@ -47,9 +47,10 @@ def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 
-    from factory.gripper_fixes import install
+    from factory import arm_fixes, gripper_fixes
 
-    install()  # robosuite's Robotiq 85 with its finger linkage closed (robosuite#772)
+    gripper_fixes.install()  # robosuite's Robotiq 85 with its finger linkage closed (#772)
+    arm_fixes.install()  # IIWA's controller frame on a fixed link, not its first moving one
     controller = load_composite_controller_config(controller="BASIC", robot=task.robot)
     return robosuite.make(
         task.env,
