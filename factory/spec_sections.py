@@ -310,6 +310,13 @@ class GenerationSpec(_Strict):
         le=0.2,
         description="Metres per control step on the way, for transit: over.",
     )
+    held_object_correction: bool = Field(
+        True,
+        description="A segment relative to another object than the one in the hand (carry the "
+        "cube to the base) is shifted by where the held object sits in the hand now against "
+        "where it sat in the source's, so it lands where the source's did. false: MimicGen's "
+        "plain transform.",
+    )
     adr: AdrSpec | None = Field(
         None,
         description="Automatic domain randomization of the physics: ranges start narrow and "

@@ -4,6 +4,9 @@ One attempt, for each subtask in the order the chosen source demo did them:
     pick a source demo (per episode or per subtask: random, or among the k nearest)
     ──► its segment for this subtask (end offset drawn from the spec's range)
     ──► transform each eef target by  T_obj_now · inv(T_obj_src) · T_eef_src
+    ──► when an object is held and the segment is relative to another one, shift the targets
+        by the held object's offset in the hand, source against now (it lands where the
+        source's did: another robot's hand, or a grasp a centimetre off)
     ──► bridge from the current pose (or the last target) by interpolation + hold steps
     ──► execute as delta OSC actions (+ Gaussian noise), replaying the source's gripper commands
     ──► check the subtask's predicate; with retries on, a failed subtask is restored to the
@@ -25,9 +28,11 @@ import numpy as np
 from generators.params import GenerationParams, MimicGenParams, PlacementParams
 from generators.poses import (
     add_action_noise,
+    held_offset,
     interpolate_poses,
     mat_to_axis_angle,
     pose_to_delta_action,
+    shift_in_hand,
     symmetric_frame,
     transform_segment,
     transit_over,
@@ -300,6 +305,9 @@ class _Rollout:
             self.params.symmetry.get(obj, 1),
         )
         targets = transform_segment(source.eef_poses[start:end], src_obj, frame)
+        held = [n for n, p in self.held.items() if n != obj and self.scene.holds(p)]
+        if gen.held_object_correction and len(held) == 1:
+            targets = self._correct_for_grip(source, start, index, held[0], targets)
         if gen.transit == "over" and position > 0:
             way = transit_over(origin, targets[0], gen.transit_clearance, gen.transit_speed)
         else:
@@ -326,6 +334,25 @@ class _Rollout:
         if not np.isfinite(self.scene.get_state()).all():
             return f"simulator unstable in subtask {index}"
         return ""
+
+    def _correct_for_grip(
+        self, source: AnnotatedDemo, start: int, index: int, name: str, targets: np.ndarray
+    ) -> np.ndarray:
+        """`targets` moved so the held object `name` lands where the source's did, whatever
+        the offset at which this hand holds it (`held_offset`); unchanged when the two grips
+        are too far apart to be the same grasp (the source was not holding it alike)."""
+        offset = held_offset(
+            source.eef_poses[start],
+            source.object_poses[name][start],
+            self.scene.eef_pose(),
+            self.scene.object_pose(name),
+        )
+        if float(np.linalg.norm(offset)) > MAX_HELD_OFFSET:
+            return targets
+        self.provenance.setdefault("held_offsets", []).append(
+            {"subtask": index, "object": name, "offset": [round(float(v), 5) for v in offset]}
+        )
+        return shift_in_hand(targets, offset)
 
     def _drive(self, poses: np.ndarray, grips: np.ndarray, noise: float, last: bool) -> None:
         """Closed-loop delta actions toward each pose; success is recorded on the last subtask.
@@ -369,6 +396,9 @@ class _Rollout:
         return predicate is None or self.scene.holds(predicate)
 
 
+# Metres: a held object further than this from where the source's sat in its hand is not held
+# the same way (another face, or not yet in the source at that step): no correction.
+MAX_HELD_OFFSET = 0.04
 TRANSIT_MOVE, TRANSIT_TILT = 0.01, 0.2  # metres, radians: an object moved this much was disturbed
 
 

@@ -52,6 +52,7 @@ class GenerationParams:
     transit: str  # "direct" or "over"
     transit_clearance: float
     transit_speed: float
+    held_object_correction: bool = True
 
 
 @dataclass(frozen=True)

@@ -264,6 +264,34 @@ def mat_to_axis_angle(rot: ArrayLike) -> NDArray[np.float64]:
     return xyz * scale[..., None]
 
 
+def held_offset(
+    src_eef: ArrayLike, src_held: ArrayLike, cur_eef: ArrayLike, cur_held: ArrayLike
+) -> NDArray[np.float64]:
+    """[3] where a held object sat in the source's hand minus where it sits in the hand now,
+    in the end-effector's frame (positions of the object's origin; orientations left alone).
+
+    A segment re-targeted to another object (carry the held cube to the base cube) reproduces
+    the source's end-effector pose relative to that object, so the held object lands where the
+    source's did only if it sits in the hand as it sat in the source's. Adding this offset to
+    each target, in the target's own frame, puts it there (`shift_in_hand`).
+    """
+    src_eef, src_held = np.asarray(src_eef, np.float64), np.asarray(src_held, np.float64)
+    cur_eef, cur_held = np.asarray(cur_eef, np.float64), np.asarray(cur_held, np.float64)
+    for name, pose in (("src_eef", src_eef), ("src_held", src_held), ("cur_eef", cur_eef)):
+        _check_single(name, pose, (4, 4))
+    _check_single("cur_held", cur_held, (4, 4))
+    in_src = src_eef[:3, :3].T @ (src_held[:3, 3] - src_eef[:3, 3])
+    in_cur = cur_eef[:3, :3].T @ (cur_held[:3, 3] - cur_eef[:3, 3])
+    return in_src - in_cur
+
+
+def shift_in_hand(poses: ArrayLike, offset: ArrayLike) -> NDArray[np.float64]:
+    """[N, 4, 4] `poses` each moved by `offset` [3] expressed in its own frame."""
+    out = np.array(poses, dtype=np.float64)
+    out[:, :3, 3] += out[:, :3, :3] @ np.asarray(offset, dtype=np.float64)
+    return out
+
+
 def transform_segment(
     src_eef: ArrayLike, src_obj: ArrayLike, cur_obj: ArrayLike
 ) -> NDArray[np.float64]:

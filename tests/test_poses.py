@@ -10,6 +10,7 @@ from generators.poses import (
     add_action_noise,
     axis_angle_to_mat,
     delta_action_to_pose,
+    held_offset,
     interpolate_poses,
     make_pose,
     mat_to_axis_angle,
@@ -17,6 +18,7 @@ from generators.poses import (
     pose_inv,
     pose_to_delta_action,
     quat_to_mat,
+    shift_in_hand,
     symmetric_frame,
     transform_segment,
     transit_over,
@@ -221,6 +223,42 @@ def test_transform_segment_keeps_relative_pose_random():
 def test_transform_segment_rejects_unbatched_eef():
     with pytest.raises(ValueError, match="src_eef"):
         transform_segment(np.eye(4), np.eye(4), np.eye(4))
+
+
+def test_held_offset_and_shift_hand_computed():
+    # The source held the cube 1 cm ahead of its hand (+x of the hand); this hand holds it 1 cm
+    # behind, and is turned 90 degrees about z: the offset is +2 cm along the hand's x.
+    src_eef, src_held = make_pose([0.0, 0.0, 0.3], np.eye(3)), make_pose([0.01, 0, 0.3], np.eye(3))
+    cur_eef = make_pose([0.5, 0.5, 0.3], RZ90)
+    cur_held = make_pose([0.5, 0.49, 0.3], np.eye(3))  # the hand's x is the world's y
+    offset = held_offset(src_eef, src_held, cur_eef, cur_held)
+    np.testing.assert_allclose(offset, [0.02, 0.0, 0.0], atol=1e-15)
+    # shifted along each pose's own x: the world's y for the turned pose, x for the other
+    poses = np.stack([cur_eef, src_eef])
+    out = shift_in_hand(poses, offset)
+    np.testing.assert_allclose(out[0, :3, 3], [0.5, 0.52, 0.3], atol=1e-15)
+    np.testing.assert_allclose(out[1, :3, 3], [0.02, 0.0, 0.3], atol=1e-15)
+    np.testing.assert_array_equal(out[:, :3, :3], poses[:, :3, :3])  # orientations kept
+    np.testing.assert_array_equal(poses[0], cur_eef)  # the input is not modified
+
+
+def test_shifted_targets_put_the_held_object_where_the_sources_was_random():
+    rng = np.random.default_rng(5)
+    src_eef, cur_eef = random_pose(rng), random_pose(rng)
+    src_in_hand, cur_in_hand = rng.uniform(-0.03, 0.03, 3), rng.uniform(-0.03, 0.03, 3)
+    src_held = src_eef @ make_pose(src_in_hand, np.eye(3))
+    cur_held = cur_eef @ make_pose(cur_in_hand, np.eye(3))
+    offset = held_offset(src_eef, src_held, cur_eef, cur_held)
+    targets = make_pose(rng.uniform(-1, 1, (6, 3)), random_rotations(rng, 6))
+    shifted = shift_in_hand(targets, offset)
+    # the object, carried rigidly at the current grip, lands at each target's source grip
+    np.testing.assert_allclose(
+        (shifted @ make_pose(cur_in_hand, np.eye(3)))[:, :3, 3],
+        (targets @ make_pose(src_in_hand, np.eye(3)))[:, :3, 3],
+        atol=1e-12,
+    )
+    with pytest.raises(ValueError, match="cur_held"):
+        held_offset(src_eef, src_held, cur_eef, np.eye(3))
 
 
 # ---------------------------------------------------------------- interpolate_poses
