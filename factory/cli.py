@@ -422,11 +422,14 @@ def cmd_validate(args) -> int:
     spec = resolved.spec
     ends = ", ".join(f"{d.demo.name}: {list(d.subtask_ends)}" for d in resolved.demos)
     cams = ", ".join(f"{c.name} {c.width}x{c.height}" for c in spec.cameras) or "none"
+    # A mixed-robot spec names its robots, and each robot's control path on a line of its own.
+    robots = "+".join(resolved.robots) if resolved.robots else spec.task.robot
+    control = "per robot, below" if resolved.robots else _control(resolved.scene.fast_control_note)
     print(
-        f"ok: {args.spec}: {spec.name} ({spec.task.env}, {spec.task.robot}), "
+        f"ok: {args.spec}: {spec.name} ({spec.task.env}, {robots}), "
         f"{len(resolved.demos)} seed demos, "
         f"{len(spec.subtasks)} subtasks (ends per demo: {ends}), cameras: {cams}, "
-        f"control: {_control(resolved.scene.fast_control_note)}"
+        f"control: {control}"
     )
     for robot, other in resolved.robots.items():  # a mixed-robot spec: each robot's env
         print(f"  {robot}: control: {_control(other.scene.fast_control_note)}")
@@ -663,10 +666,11 @@ def cmd_divergence(args) -> int:
 
 def cmd_seeds(args) -> int:
     from factory.output_dir import check_can_create
-    from factory.seeds import check_seeds_dir, write_seed_dataset
+    from factory.seeds import check_one_robot, check_seeds_dir, write_seed_dataset
     from factory.spec import load_spec
 
     spec = load_spec(args.spec)
+    check_one_robot(spec)
     check_can_create(args.out, "--out")
     check_seeds_dir(args.out, spec.fingerprint())  # before the env is built
     resolved = _load(args.spec)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from factory.errors import UserError
+from factory.errors import SpecError, UserError
 from factory.language import episode_language, paint_objects
 from factory.records import SeedDemo
 from factory.render import FrameRenderer
@@ -59,6 +59,32 @@ def check_seeds_dir(out_dir: Path, fingerprint: str) -> None:
         raise UserError(
             f"{out_dir}: holds something other than this spec's seed-demo dataset; "
             "choose another --out (an empty or new folder)"
+        )
+
+
+def check_one_robot(spec) -> None:
+    """A SpecError for a mixed-robot spec (before any env is built): seeds are one robot's."""
+    if spec.task.robots:
+        raise SpecError(
+            spec.path,
+            "task.robots",
+            "factory seeds writes the seed demos as recorded, by one robot; expected a spec with "
+            "task.robot (the robot that recorded them) and no task.robots",
+        )
+
+
+def check_recording_robot(spec, demos) -> None:
+    """A SpecError unless every demo was recorded by the spec's one robot: a seed dataset holds
+    the demos as recorded (their MuJoCo states fit only a model built with that robot)."""
+    check_one_robot(spec)
+    recorders = sorted({d.robot for d in demos})
+    others = [r for r in recorders if r != spec.task.robot]
+    if others:
+        raise SpecError(
+            spec.path,
+            "task.robot",
+            f"{spec.task.robot!r}: the seed demos were recorded by {', '.join(recorders)}, and "
+            f"factory seeds writes them as recorded; expected task.robot: {others[0]}",
         )
 
 
@@ -103,6 +129,7 @@ def write_seed_dataset(resolved: Resolved, out_dir: Path) -> dict:
     check_seeds_dir(out_dir, spec.fingerprint())
     if not resolved.demos:
         raise UserError(f"{spec.path}: seed_demos: the spec lists no seed demo to write")
+    check_recording_robot(spec, [d.demo for d in resolved.demos])
     shards_dir(out_dir).mkdir(parents=True, exist_ok=True)
     info = dataset_info(spec, scene.state_size)
     info["source"] = SOURCE_MARK

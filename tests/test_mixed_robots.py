@@ -315,3 +315,16 @@ def test_both_shard_layouts_give_the_embodiment_in_every_steps_meta():
     assert steps == list(expand_members(episode_members(ep), "shard"))  # byte for byte
     metas = [json.loads(data) for name, data in steps if name.endswith(".meta.json")]
     assert [m["embodiment"] for m in metas] == ["Sawyer"] * 4
+
+
+@pytest.mark.sim
+def test_validate_names_every_robot_and_each_ones_control_path(capsys):
+    from factory.cli import main
+
+    assert main(["validate", str(SPECS / "mixed/lift_mixed_lowdim.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "(Lift, Panda+Sawyer)" in lines[0] and "control: per robot, below" in lines[0]
+    assert lines[1:3] == [
+        "  Panda: control: fast (factory.fast_step)",
+        "  Sawyer: control: fast (factory.fast_step)",
+    ]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import write_spec
+from conftest import SPECS, write_spec
 
 import factory  # noqa: F401  (selects the GL backend before robosuite)
 from factory.cli import main
@@ -76,6 +76,23 @@ def test_seeds_dataset_holds_the_demos_and_verifies(seeds_dataset, resolved):
 def test_seeds_refuses_a_directory_holding_something_else(lowdim_spec, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["seeds", str(lowdim_spec), "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        ("task:\n  robots: [{robot: Panda, share: 1}, {robot: Sawyer, share: 1}]\n", "task.robots"),
+        ("task:\n  robot: Sawyer\n", "task.robot"),  # the demos were recorded by the Panda
+    ],
+)
+@pytest.mark.sim  # the robot's env is built before its demos are replayed
+def test_seeds_refuses_another_robot_than_the_recording_one(extra, field, tmp_path, capsys):
+    spec = tmp_path / "other_robot.yaml"
+    spec.write_text(f"extends: {SPECS / 'lift_lowdim.yaml'}\nname: other_robot\n{extra}")
+    assert main(["seeds", str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{field}:" in err[0] and "as recorded" in err[0], err
+    assert not (tmp_path / "out").exists()  # nothing written
 
 
 def test_loader_refuses_extra_keys_that_clash():
