@@ -103,3 +103,37 @@ def test_every_robot_steps_fast(robot):
     start, reference, ours, _ = both_ways(scene, fast, actions[2:])
     np.testing.assert_allclose(np.array(ours), np.array(reference), rtol=0, atol=1e-9)
     assert not np.array_equal(ours[0], start.state)
+
+
+def test_the_compiled_substeps_are_the_python_loop_bit_for_bit(monkeypatch):
+    from factory import fast_step
+
+    assert fast_step._c_api() is not None  # the mujoco wheel ships the library it loaded
+    scene = Scene(load_spec(SPECS / "stack_lowdim.yaml"))
+    fast = FastStepper(scene.env)
+    rng = np.random.default_rng(2)
+    actions = rng.uniform(-1, 1, (12, 7))
+    actions[:, 6] = np.sign(actions[:, 6])
+    scene.reset()
+    start = scene.snapshot()
+    runs = {}
+    for compiled in (True, False):
+        scene.restore(start)
+        fast.compiled = compiled
+        runs[compiled] = []
+        for action in actions:
+            fast.step(action)
+            runs[compiled].append(scene.get_state())
+    np.testing.assert_array_equal(np.array(runs[True]), np.array(runs[False]))
+    assert not np.array_equal(runs[True][0], start.state)
+
+    # Without ARENA_HEADROOM times the arena used so far, the Python loop steps instead.
+    def compiled_loop(*args):
+        raise AssertionError("the compiled loop ran without headroom")
+
+    monkeypatch.setattr(fast_step, "_substeps", compiled_loop)
+    monkeypatch.setattr(fast_step, "ARENA_HEADROOM", 2 * scene.data.narena)
+    fast.compiled = True
+    scene.restore(start)
+    fast.step(actions[0])
+    np.testing.assert_array_equal(scene.get_state(), runs[True][0])
