@@ -137,3 +137,40 @@ def test_the_compiled_substeps_are_the_python_loop_bit_for_bit(monkeypatch):
     scene.restore(start)
     fast.step(actions[0])
     np.testing.assert_array_equal(scene.get_state(), runs[True][0])
+
+
+def test_the_compiled_goal_is_robosuites():
+    """`arm_goal` against robosuite's own helpers (scale_action, axisangle2quat, quat2mat) and
+    its frames, on random actions, sites and base frames; its quat2mat bit for bit."""
+    from robosuite.utils import transform_utils as T
+
+    from factory.fast_step import _quat_to_mat32, arm_goal
+
+    rng = np.random.default_rng(4)
+    for q in rng.standard_normal((500, 4)) * rng.choice([1e-4, 1.0, 30.0], (500, 1)):
+        np.testing.assert_array_equal(_quat_to_mat32(q), T.quat2mat(q))
+    scene = Scene(load_spec(SPECS / "lift_lowdim.yaml"))
+    arm = scene.env.robots[0].part_controllers["right"]
+    arm.scale_action(np.zeros(6))
+    constants = [
+        np.asarray(v, dtype=np.float64) * np.ones(6)
+        for v in (
+            arm.input_min,
+            arm.input_max,
+            arm.action_input_transform,
+            arm.action_scale,
+            arm.action_output_transform,
+        )
+    ]
+    for _ in range(200):
+        action = rng.uniform(-1.5, 1.5, 6)  # beyond the input range too: clipped
+        action[3:] *= rng.choice([0.0, 1.0])  # no rotation at all, sometimes
+        origin_ori, ref_ori = T.quat2mat(rng.standard_normal(4)), T.quat2mat(rng.standard_normal(4))
+        origin_pos, ref_pos = rng.uniform(-1, 1, 3), rng.uniform(-1, 1, 3)
+        pos, ori = arm_goal(action, *constants, origin_pos, origin_ori, ref_pos, ref_ori)
+        scaled = arm.scale_action(action)
+        to_base = origin_ori.T
+        goal_pos = to_base @ (ref_pos - origin_pos) + scaled[:3]
+        goal_ori = T.quat2mat(T.axisangle2quat(scaled[3:])) @ (to_base @ ref_ori)
+        np.testing.assert_allclose(pos, origin_pos + origin_ori @ goal_pos, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(ori, origin_ori @ goal_ori, rtol=0, atol=1e-15)
