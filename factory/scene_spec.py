@@ -31,7 +31,7 @@ import re
 import string
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 # robosuite's own name for the env class scene_build registers; `task.env` takes it when a spec
 # has a `scene:` section (so messages, hdf5 attributes and dataset_info name the env the same way).
@@ -141,7 +141,7 @@ class TableSpec(_Strict):
     color: str | tuple[float, float, float, float] | None = Field(
         None, description="Table top colour: a colour name or [r, g, b, a]; none: robosuite's."
     )
-    legs: bool = Field(True, description="Draw the table's legs.")
+    legs: StrictBool = Field(True, description="Draw the table's legs.")
 
     @field_validator("size")
     @classmethod
@@ -186,8 +186,8 @@ class ObjectPlacement(_Strict):
     relative_to: str | None = Field(
         None, description="Object whose position x and y are offsets from; none: the table centre."
     )
-    on_top: bool = Field(False, description="With relative_to: rest on that object's top.")
-    overlap: bool = Field(
+    on_top: StrictBool = Field(False, description="With relative_to: rest on that object's top.")
+    overlap: StrictBool = Field(
         False, description="May touch other objects' footprints (otherwise placements keep apart)."
     )
 
@@ -231,7 +231,7 @@ class ObjectSpec(_Strict):
     )
     scale: float = Field(1.0, gt=0, description="kind mesh or mjcf: uniform scale of the file.")
     mass: float | None = Field(None, gt=0, le=1000, description="kind mesh: total mass, kg.")
-    fixed: bool = Field(False, description="A fixture: a static body (no free joint).")
+    fixed: StrictBool = Field(False, description="A fixture: a static body (no free joint).")
     noun: str | None = Field(
         None, description="What instructions call it ({obj.name}); default: the object's key."
     )

@@ -63,21 +63,33 @@ def check_seeds_dir(out_dir: Path, fingerprint: str) -> None:
 
 
 def check_one_robot(spec) -> None:
-    """A SpecError for a mixed-robot spec (before any env is built): seeds are one robot's."""
-    if spec.task.robots:
+    """A SpecError for a mixed-robot spec, or for seed demos of another robot than task.robot
+    (before any env is built, and before the output folder is looked at): seeds are one robot's
+    demos as recorded. It reads the seed demo files, not the env."""
+    from factory.demos import load_seed_demos
+
+    if spec.task.robots and len(spec.task.robots) > 1:
         raise SpecError(
             spec.path,
             "task.robots",
             "factory seeds writes the seed demos as recorded, by one robot; expected a spec with "
             "task.robot (the robot that recorded them) and no task.robots",
         )
+    demos = [d for path in spec.seed_demos for d in load_seed_demos(spec.resolve_path(path))]
+    check_recording_robot(spec, demos)
 
 
 def check_recording_robot(spec, demos) -> None:
     """A SpecError unless every demo was recorded by the spec's one robot: a seed dataset holds
     the demos as recorded (their MuJoCo states fit only a model built with that robot)."""
-    check_one_robot(spec)
     recorders = sorted({d.robot for d in demos})
+    if len(recorders) > 1:
+        raise SpecError(
+            spec.path,
+            "seed_demos",
+            f"recorded by several robots ({', '.join(recorders)}); factory seeds writes the "
+            "demos as recorded, in one robot's scene: expected the demo files of one robot",
+        )
     others = [r for r in recorders if r != spec.task.robot]
     if others:
         raise SpecError(

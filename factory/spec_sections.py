@@ -16,6 +16,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictFloat,
     field_validator,
     model_validator,
 )
@@ -33,8 +35,9 @@ class RobotShare(_Strict):
     """One robot of a mixed-robot dataset and its share of the attempts."""
 
     robot: str = Field(description="robosuite robot, as task.robot takes it (e.g. Sawyer).")
-    share: float = Field(
+    share: StrictFloat = Field(  # a number: YAML's true is no share
         gt=0,
+        le=1_000_000,  # their sum must stay finite (1e308 twice overflows to inf: every share 0)
         description="Its weight among task.robots: shares are divided by their sum, so "
         "[1, 1, 2] and [0.25, 0.25, 0.5] are the same mix. Attempts are assigned by attempt "
         "id (factory.embodiments), so every range of attempts holds the mix to within ~2.",
@@ -56,8 +59,8 @@ class TaskSpec(_Strict):
         description="A mixed-robot dataset: robots with a share each, e.g. [{robot: Panda, "
         "share: 0.5}, {robot: Sawyer, share: 0.5}]. Each attempt runs on one of them; every "
         "episode and sample names its robot (its embodiment). task.robot, if also given, must be "
-        "one of them (default: the first; `factory validate` and ADR use it). null: task.robot "
-        "alone.",
+        "one of them (default, or task.robot: null: the first; `factory validate` and ADR use "
+        "it). null: task.robot alone.",
     )
     controller: Literal["OSC_POSE"] = Field(
         "OSC_POSE", description="Arm controller; generation emits delta end-effector poses."
@@ -68,7 +71,7 @@ class TaskSpec(_Strict):
     horizon: int = Field(
         1000, ge=1, description="Most control steps one attempt may take; longer ones fail."
     )
-    fast_control: bool = Field(
+    fast_control: StrictBool = Field(
         True,
         description="Step with factory.fast_step: robosuite's OSC math without its per-substep "
         "object overhead, ~2x faster, equal to env.step to ~1e-13 per step. false: env.step.",
@@ -96,12 +99,17 @@ class TaskSpec(_Strict):
         # task.robot stays what `factory validate`, ADR and the first env are built with: one
         # of the list (a spec extending a single-robot one inherits its task.robot)
         names = [r.get("robot") for r in robots if isinstance(r, dict)]
-        if "robot" in data and data["robot"] not in names:
+        if not all(isinstance(n, str) for n in names):
+            return data  # a missing or non-string name is the field validators' to report
+        if data.get("robot") is None:  # not given, or null to drop an inherited one
+            return {**data, "robot": names[0]}
+        if data["robot"] not in names:
             raise ValueError(
-                f"task.robot ({data['robot']!r}) is not among task.robots "
-                f"({', '.join(map(str, names))}): list a mixed dataset's robots in task.robots"
+                f"task.robot ({data['robot']!r}, perhaps inherited through extends) is not "
+                f"among task.robots ({', '.join(names)}): expected one of them; correct a "
+                "misspelt name, or set task.robot: null to take the first"
             )
-        return {"robot": names[0], **data}
+        return data
 
     @field_validator("robots")
     @classmethod
@@ -188,7 +196,9 @@ class AdrSpec(_Strict):
     """Automatic domain randomization: before generating, probe batches of attempts find how
     far the `physics:` ranges can widen from nominal while generation still succeeds."""
 
-    enabled: bool = Field(True, description="Whether to run it (false: the ranges as written).")
+    enabled: StrictBool = Field(
+        True, description="Whether to run it (false: the ranges as written)."
+    )
     probe_attempts: int = Field(
         10, ge=1, le=1000, description="Attempts per probe batch (one success rate per round)."
     )
@@ -262,7 +272,7 @@ class GenerationSpec(_Strict):
         description="Std of Gaussian noise on the arm actions, in action units (MimicGen's "
         "default).",
     )
-    noise_during_interpolation: bool = Field(
+    noise_during_interpolation: StrictBool = Field(
         True, description="Whether the bridging steps get action noise too."
     )
     interpolation_steps: int = Field(
@@ -310,7 +320,7 @@ class GenerationSpec(_Strict):
         le=0.2,
         description="Metres per control step on the way, for transit: over.",
     )
-    held_object_correction: bool = Field(
+    held_object_correction: StrictBool = Field(
         True,
         description="A segment relative to another object than the one in the hand (carry the "
         "cube to the base) is shifted by where the held object sits in the hand now against "
@@ -338,7 +348,7 @@ class CameraSpec(_Strict):
     )
     width: int = Field(84, ge=8, le=2048, description="Pixels; 84 as in robomimic's datasets.")
     height: int = Field(84, ge=8, le=2048, description="Pixels.")
-    depth: bool = Field(
+    depth: StrictBool = Field(
         False, description="Also store metric depth (16-bit PNG, millimetres; read as metres)."
     )
     segmentation: Literal["none", "geom", "body", "object"] = Field(
@@ -351,10 +361,10 @@ class CameraSpec(_Strict):
 class RenderSpec(_Strict):
     """Renderer settings; defaults measured under software GL (benchmarks/bench_render.py)."""
 
-    reflections: bool = Field(
+    reflections: StrictBool = Field(
         False, description="Mirror reflections; off renders ~1.9x faster under software GL."
     )
-    shadows: bool = Field(True, description="Shadow mapping.")
+    shadows: StrictBool = Field(True, description="Shadow mapping.")
     multisamples: int = Field(
         0,
         ge=0,
@@ -470,7 +480,7 @@ class AppearanceSpec(_Strict):
         "from a seed derived from (spec seed, attempt seed, k), recorded in "
         "provenance.appearance.",
     )
-    keep_original: bool = Field(
+    keep_original: StrictBool = Field(
         True, description="Variant 0 of each trajectory renders the scene as modelled."
     )
     textures: TextureRandomization | None = Field(

@@ -64,6 +64,9 @@ def test_the_example_spec_mixes_three_robots_from_the_panda_demos():
         ([{"robot": "Sawyer", "share": 1}, {"robot": "IIWA", "share": 1}], "not among task.robots"),
         ([{"robot": "Panda", "share": 1}, {"robot": "Panda", "share": 2}], "more than once"),
         ([{"robot": "Panda", "share": 0}], "greater than 0"),
+        ([{"robot": "Panda", "share": 2e6}, {"robot": "Sawyer", "share": 1}], "less than"),
+        ([{"robot": "Panda", "share": True}], "valid number"),
+        ([{"robot": "Pandaa", "share": 1}], "misspelt"),  # the inherited Panda is not listed
         ([], "at least one robot"),
     ],
 )
@@ -76,6 +79,16 @@ def test_a_bad_robots_list_names_the_file_and_field(tmp_path, robots, fragment):
     message = str(err.value)
     assert "bad.yaml" in message and "task" in message and fragment in message, message
     assert "\n" not in message.strip()
+
+
+def test_task_robot_null_takes_the_first_of_the_list_and_bools_are_bools(tmp_path):
+    robots = [{"robot": "Sawyer", "share": 1}, {"robot": "IIWA", "share": 1}]
+    path = write_spec(tmp_path / "s.yaml", task={"env": "Lift", "robot": None, "robots": robots})
+    assert load_spec(path).task.robot == "Sawyer"
+    for value in ("yes", 1):  # YAML's own true/false only, not strings or numbers
+        bad = write_spec(tmp_path / "b.yaml", task={"env": "Lift", "fast_control": value})
+        with pytest.raises(SpecError, match="task.fast_control"):
+            load_spec(bad)
 
 
 @pytest.mark.sim

@@ -85,7 +85,6 @@ def test_seeds_refuses_a_directory_holding_something_else(lowdim_spec, tmp_path)
         ("task:\n  robot: Sawyer\n", "task.robot"),  # the demos were recorded by the Panda
     ],
 )
-@pytest.mark.sim  # the robot's env is built before its demos are replayed
 def test_seeds_refuses_another_robot_than_the_recording_one(extra, field, tmp_path, capsys):
     spec = tmp_path / "other_robot.yaml"
     spec.write_text(f"extends: {SPECS / 'lift_lowdim.yaml'}\nname: other_robot\n{extra}")
@@ -93,6 +92,31 @@ def test_seeds_refuses_another_robot_than_the_recording_one(extra, field, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{field}:" in err[0] and "as recorded" in err[0], err
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_seeds_refuses_demos_of_several_robots_and_says_so_first(tmp_path, capsys):
+    """Demo files of two robots: no task.robot fits them all, and the message says why; it
+    comes before the output folder is looked at (here one holding something else)."""
+    import shutil
+
+    import h5py
+
+    panda = SPECS / "demos" / "lift_panda_4demos_robosuite141.hdf5"
+    sawyer = tmp_path / "sawyer.hdf5"
+    shutil.copy(panda, sawyer)
+    with h5py.File(sawyer, "r+") as f:
+        f["data"].attrs["env_info"] = json.dumps({"robots": "Sawyer"})
+    spec = tmp_path / "two_robots.yaml"
+    spec.write_text(
+        f"extends: {SPECS / 'lift_lowdim.yaml'}\nname: two_robots\n"
+        f"seed_demos: [{panda}, {sawyer}]\n"
+    )
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("kept")
+    assert main(["seeds", str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "seed_demos:" in err[0] and "Panda, Sawyer" in err[0], err
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine.txt"]
 
 
 def test_loader_refuses_extra_keys_that_clash():
