@@ -39,12 +39,14 @@ ACTOR = "ray::_ShardActor"
 
 @pytest.fixture(scope="module")
 def lowdim_spec(tmp_path_factory) -> Path:
-    """Lift, physics and low-dimensional data only: 8 attempts in 4 shards."""
+    """Lift, physics and low-dimensional data only: 16 attempts in 8 shards. Enough work that
+    both nodes' actors get shards: with 4 shards of ~1.5 s, the first actor up could finish them
+    all while the other node's was still building its env (seen once the loop got faster)."""
     return write_spec(
         tmp_path_factory.mktemp("spec") / "cluster_lift.yaml",
         name="cluster_lift",
         task={"horizon": 400},
-        generation={"attempts": 8, "attempts_per_shard": 2},
+        generation={"attempts": 16, "attempts_per_shard": 2},
         cameras=[],
     )
 
