@@ -106,6 +106,7 @@ class TrainLog:
     first_loss: float  # the first batch, before any update
     final_loss: float  # mean over the last 5 % of steps
     curve: list[tuple[int, float]]  # (step, mean loss since the previous point)
+    parts: dict[str, float] | None = None  # a loss of several terms: each one's first and final
 
 
 # ---------------------------------------------------------------- data

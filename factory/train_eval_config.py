@@ -78,6 +78,19 @@ class TrainEvalConfig(BaseModel):
     extra_camera: str | None = Field(
         None, description="vla: a second camera of the dataset (e.g. robot0_eye_in_hand)"
     )
+    aux_objects: float = Field(
+        1.0,
+        ge=0.0,
+        description="vla: weight of an auxiliary training loss that regresses the spec objects' "
+        "positions (from the stored MuJoCo state: a privileged target, never an input) from the "
+        "image keypoints; it teaches the encoder where the objects are (0: off)",
+    )
+    fine_keypoints: int = Field(
+        16,
+        ge=0,
+        description="vla: spatial-softmax keypoints per camera read at half the frame's "
+        "resolution (besides the 16 at a quarter): small objects located to a few mm (0: none)",
+    )
     shuffle_instructions: bool = Field(
         False,
         description="vla: train on instructions permuted across episodes (seeded): the control "

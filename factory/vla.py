@@ -92,8 +92,10 @@ class VlaArch:
     text_layers: int = 2
     channels: int = 32  # conv width
     keypoints: int = 16  # K: spatial-softmax maps per camera
+    fine_keypoints: int = 0  # K_f: more maps read at conv1's resolution (h/2 x w/2); 0: none
     hidden: int = 256  # MLP head width
     layers: int = 3  # MLP head hidden layers
+    aux_dim: int = 0  # 3 x objects: the auxiliary position head's outputs (0: no such head)
 
 
 def spatial_softmax(maps: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
@@ -108,9 +110,16 @@ def spatial_softmax(maps: torch.Tensor, temperature: torch.Tensor) -> torch.Tens
 
 
 class FilmEncoder(nn.Module):
-    """One camera's frames [B, 3, h, w] in [0, 1], modulated by the text [B, E] -> [B, 2K]."""
+    """One camera's frames [B, 3, h, w] in [0, 1], modulated by the text [B, E]
+    -> [B, 2 (K + K_f)]: the coarse keypoints, then the fine ones.
 
-    def __init__(self, text_dim: int, channels: int, keypoints: int):
+    The coarse maps are h/4 x w/4: a cell of an 84 px agentview frame is ~4 cm of table, and a
+    sharp softmax peak reads out its cell's centre. The fine maps (`fine_keypoints`) read
+    conv1's h/2 x w/2 features, FiLM-modulated too: a small object's colour is a conv1-level
+    feature, and half the cell size halves that quantization for a 1x1 conv's cost.
+    """
+
+    def __init__(self, text_dim: int, channels: int, keypoints: int, fine_keypoints: int = 0):
         super().__init__()
         half = channels // 2
         self.conv1 = nn.Conv2d(3, half, 5, stride=2, padding=2)
@@ -121,14 +130,28 @@ class FilmEncoder(nn.Module):
         nn.init.zeros_(self.film.bias)
         self.points = nn.Conv2d(channels, keypoints, 1)
         self.temperature = nn.Parameter(torch.ones(1))
+        self.fine = None
+        if fine_keypoints:
+            self.fine_film = nn.Linear(text_dim, 2 * half)  # (gamma, beta) after conv1
+            nn.init.zeros_(self.fine_film.weight)
+            nn.init.zeros_(self.fine_film.bias)
+            self.fine = nn.Conv2d(half, fine_keypoints, 1)
+            # A sharp start: a few-pixel object must stand out of a plain table's softmax
+            # (at 1.0 the maps' expectations sat near the frame's centre for 2,000 steps).
+            self.fine_temperature = nn.Parameter(torch.full((1,), 0.1))
 
     def forward(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         g2, b2, g3, b3 = (p[..., None, None] for p in self.film(text).chunk(4, dim=-1))
-        x = F.relu(self.conv1(image))
+        x1 = F.relu(self.conv1(image))
         # No normalization layer before FiLM: GroupNorm doubled the encoder's CPU time (measured).
-        x = F.relu(self.conv2(x) * (1 + g2) + b2)
+        x = F.relu(self.conv2(x1) * (1 + g2) + b2)
         x = F.relu(self.conv3(x) * (1 + g3) + b3)
-        return spatial_softmax(self.points(x), self.temperature)
+        coarse = spatial_softmax(self.points(x), self.temperature)
+        if self.fine is None:
+            return coarse
+        g1, b1 = (p[..., None, None] for p in self.fine_film(text).chunk(2, dim=-1))
+        fine = self.fine(F.relu(x1 * (1 + g1) + b1))
+        return torch.cat([coarse, spatial_softmax(fine, self.fine_temperature)], dim=-1)
 
 
 class VlaPolicy(NormalizedPolicy):
@@ -159,10 +182,19 @@ class VlaPolicy(NormalizedPolicy):
             add_pooling_layer=False,
         )
         self.vision = nn.ModuleList(
-            FilmEncoder(arch.text_dim, arch.channels, arch.keypoints) for _ in range(arch.cameras)
+            FilmEncoder(arch.text_dim, arch.channels, arch.keypoints, arch.fine_keypoints)
+            for _ in range(arch.cameras)
         )
-        width = arch.obs_dim + arch.cameras * 2 * arch.keypoints + arch.text_dim
+        points = arch.cameras * 2 * (arch.keypoints + arch.fine_keypoints)
+        width = arch.obs_dim + points + arch.text_dim
         self.head = mlp([width] + [arch.hidden] * arch.layers, arch.horizon * ACTION_DIM)
+        # Training only: the objects' positions (normalized) as an affine map of the keypoints.
+        # Affine on purpose: it pushes keypoints to sit on the objects, as in Levine et al.'s
+        # pose pretraining of their spatial-softmax encoder; rollouts never call it.
+        self.aux = nn.Linear(points, arch.aux_dim) if arch.aux_dim else None
+        if arch.aux_dim:  # the targets' normalization, saved with the weights
+            self.register_buffer("aux_mean", torch.zeros(arch.aux_dim))
+            self.register_buffer("aux_std", torch.ones(arch.aux_dim))
         self.register_normalization(arch.obs_dim, ACTION_DIM)
 
     def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -175,9 +207,22 @@ class VlaPolicy(NormalizedPolicy):
         self, obs_normalized: torch.Tensor, images: torch.Tensor, text: torch.Tensor
     ) -> torch.Tensor:
         """obs [B, D] normalized, images [B, C, 3, h, w] in [0, 1], text [B, E] (from `embed`)."""
-        points = [enc(images[:, i], text) for i, enc in enumerate(self.vision)]
-        x = torch.cat([obs_normalized, *points, text], dim=-1)
-        return self.head(x).view(-1, self.horizon, self.action_dim)
+        return self.forward_with_points(obs_normalized, images, text)[0]
+
+    def forward_with_points(
+        self, obs_normalized: torch.Tensor, images: torch.Tensor, text: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`'s chunk [B, H, A] and the keypoints of every camera [B, C * 2K]."""
+        points = torch.cat([enc(images[:, i], text) for i, enc in enumerate(self.vision)], dim=-1)
+        x = torch.cat([obs_normalized, points, text], dim=-1)
+        return self.head(x).view(-1, self.horizon, self.action_dim), points
+
+    def locate(self, points: torch.Tensor) -> torch.Tensor:
+        """Keypoints [B, C * 2(K + K_f)] -> the auxiliary head's object positions [B, aux_dim]
+        in metres (world frame): what the encoder knows of where the objects are."""
+        if self.aux is None:
+            raise ValueError("this policy was trained without the auxiliary loss (aux_dim 0)")
+        return self.aux(points) * self.aux_std + self.aux_mean
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, images: np.ndarray, text: torch.Tensor) -> np.ndarray:

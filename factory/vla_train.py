@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from torch.nn import functional as F
 
 from factory.errors import UserError
 from factory.language import episode_language, paint_objects
-from factory.policy import ObsLayout, make_observation, masked_l1, mean_std
+from factory.policy import ObsLayout, make_obs_layout, make_observation, masked_l1, mean_std
 from factory.render import FrameRenderer, encode_jpeg
 from factory.resolve import Resolved
 from factory.spec import CameraSpec
@@ -71,15 +72,27 @@ def proprio_layout(time_scale: float | None) -> ObsLayout:
 
 
 def load_vla_data(
-    dataset: Path, layout: ObsLayout, horizon: int, cameras: Sequence[str], batch: int = 512
-) -> tuple[TrainingData, dict[int, str]]:
+    dataset: Path,
+    layout: ObsLayout,
+    horizon: int,
+    cameras: Sequence[str],
+    batch: int = 512,
+    objects: ObsLayout | None = None,
+) -> tuple[TrainingData, dict[int, str], np.ndarray | None]:
     """One pass over `dataset`: proprio observations, frames [N, C, 3, h, w] of `cameras`,
-    chunks and masks; and each episode's instruction. The MuJoCo state is not even read."""
+    chunks and masks; each episode's instruction; and, with `objects` (a layout of the spec's
+    objects), their positions [N, 3 * objects] read from the stored MuJoCo state: training
+    targets of the auxiliary loss, never part of the observation (None without `objects`)."""
     stream = make_loader(
-        dataset, cameras=list(cameras), action_horizon=horizon, normalization="none"
+        dataset,
+        cameras=list(cameras),
+        action_horizon=horizon,
+        normalization="none",
+        extra_keys=["sim_state"] if objects is not None else [],
     )
     loader = torch.utils.data.DataLoader(stream, batch_size=batch, num_workers=0)
     obs, chunks, masks, episode, images, instructions = [], [], [], [], [], {}
+    positions = []
     for item in loader:
         proprio = item["state"].numpy()
         no_objects = np.zeros((len(proprio), 0))  # the layout reads nothing from it
@@ -89,6 +102,8 @@ def load_vla_data(
         masks.append(item["action_mask"].numpy())
         episode.append(item["episode"].numpy())
         instructions.update(zip(item["episode"].tolist(), item["instruction"], strict=True))
+        if objects is not None:
+            positions.append(object_positions(item["sim_state"].numpy(), objects))
     if not obs:
         raise UserError(f"{dataset}: the loader yielded no samples")
     order = np.concatenate(episode)
@@ -100,7 +115,14 @@ def load_vla_data(
         tuple(dict.fromkeys(order.tolist())),
         np.concatenate(images),
     )
-    return data, instructions
+    return data, instructions, np.concatenate(positions) if objects is not None else None
+
+
+def object_positions(sim_state: np.ndarray, objects: ObsLayout) -> np.ndarray:
+    """Stored MuJoCo states [N, S] (time, qpos, qvel) -> the objects' world positions
+    [N, 3 * objects] float32, read from their free joints as `make_observation` reads them."""
+    columns = [sim_state[:, 1 + adr : 4 + adr] for adr in objects.qpos_adr]
+    return np.concatenate(columns, axis=1).astype(np.float32)
 
 
 def episode_phrases(
@@ -140,8 +162,15 @@ def train_vla(
     phrases: dict[int, tuple[str, ...]],
     config: TrainEvalConfig,
     on_log: Callable[[int, float], None] | None = None,
+    positions: np.ndarray | None = None,
 ) -> tuple[VlaPolicy, Tokenizer, TrainLog]:
-    """Fit a tokenizer to the phrases and a VlaPolicy to `data` for `config.steps` AdamW steps."""
+    """Fit a tokenizer to the phrases and a VlaPolicy to `data` for `config.steps` AdamW steps.
+
+    positions: [N, 3 * objects], the objects' positions at each step; with
+    `config.aux_objects` > 0 the loss adds that weight times the mean squared error of the
+    policy's auxiliary head (keypoints -> positions, normalized).
+    """
+    aux = positions is not None and config.aux_objects > 0
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
@@ -165,6 +194,8 @@ def train_vla(
         vocab_size=tokenizer.get_vocab_size(),
         hidden=config.hidden,
         layers=config.layers,
+        aux_dim=positions.shape[1] if aux else 0,
+        fine_keypoints=config.fine_keypoints,
     )
     policy = VlaPolicy(arch)
     policy.set_normalization(mean_std(data.obs), mean_std(data.chunks[:, 0]))
@@ -173,6 +204,12 @@ def train_vla(
         chunks = policy.normalize_actions(torch.from_numpy(data.chunks))
         masks = torch.from_numpy(data.masks).float()
     images = torch.from_numpy(data.images)
+    if aux:
+        mean, std = (torch.from_numpy(a) for a in mean_std(positions))
+        targets = (torch.from_numpy(positions) - mean) / std
+        policy.aux_mean.copy_(mean)
+        policy.aux_std.copy_(std)
+    action_losses, aux_errors = [], []  # per step: the action term, the aux head's error in m
 
     def batch_loss() -> torch.Tensor:
         idx = torch.randint(len(obs), (config.batch_size,), generator=gen)
@@ -180,9 +217,26 @@ def train_vla(
         text_rows = choices_t[step_first[idx] + pick]
         pixels = random_shift(images[idx].float() / 255.0, SHIFT, gen)
         text = policy.embed(ids[text_rows], mask[text_rows])
-        return masked_l1(policy(obs[idx], pixels, text), chunks[idx], masks[idx])
+        chunk, points = policy.forward_with_points(obs[idx], pixels, text)
+        loss = masked_l1(chunk, chunks[idx], masks[idx])
+        action_losses.append(loss.item())
+        if aux:
+            predicted = policy.aux(points)
+            loss = loss + config.aux_objects * F.mse_loss(predicted, targets[idx])
+            with torch.no_grad():  # metres, per coordinate: what the keypoints know
+                aux_errors.append(((predicted - targets[idx]) * std).abs().mean().item())
+        return loss
 
-    return policy, tokenizer, fit(policy, batch_loss, config, on_log)
+    log = fit(policy, batch_loss, config, on_log)
+    tail = max(1, config.steps // 20)  # as fit's final_loss: the last 5 % of steps
+    parts = {
+        "first_action_loss": round(action_losses[0], 5),
+        "final_action_loss": round(float(np.mean(action_losses[-tail:])), 5),
+    }
+    if aux:
+        parts["first_aux_error_m"] = round(aux_errors[0], 5)
+        parts["final_aux_error_m"] = round(float(np.mean(aux_errors[-tail:])), 5)
+    return policy, tokenizer, replace(log, parts=parts)
 
 
 def frames_view(renderer: FrameRenderer, names: Sequence[str], jpeg_quality: int) -> np.ndarray:
@@ -259,15 +313,26 @@ def train_eval_vla(
     scene = resolved.scene
     layout = proprio_layout(1.0 / scene.spec.task.horizon if config.time_feature else None)
     t0 = time.perf_counter()
-    data, instructions = load_vla_data(dataset, layout, config.horizon, names)
+    # The auxiliary targets: the spec's objects that move freely (a fixture's pose is known).
+    free = {n: b for n, b in scene.bodies.items() if b in set(scene.free_bodies)}
+    objects = make_obs_layout(scene.model, free) if config.aux_objects > 0 and free else None
+    data, instructions, positions = load_vla_data(
+        dataset, layout, config.horizon, names, objects=objects
+    )
     total_steps = data.steps
     if config.drop_idle:
-        data = data.select(~idle_steps(data, config.idle_window, config.idle_distance))
+        keep = ~idle_steps(data, config.idle_window, config.idle_distance)
+        data = data.select(keep)
+        positions = None if positions is None else positions[keep]
     phrases = episode_phrases(dataset, instructions, config.shuffle_instructions, config.seed)
     load_s = time.perf_counter() - t0
     log(f"loaded {len(data.episodes)} episodes, {total_steps} steps in {load_s:.1f} s")
     policy, tokenizer, train = train_vla(
-        data, phrases, config, on_log=lambda s, v: log(f"step {s}: loss {v:.4f}")
+        data,
+        phrases,
+        config,
+        on_log=lambda s, v: log(f"step {s}: loss {v:.4f}"),
+        positions=positions,
     )
     log(f"trained {config.steps} steps in {train.time_s:.1f} s, final loss {train.final_loss:.4f}")
     if save is not None:
@@ -310,14 +375,19 @@ def train_eval_vla(
         "text_encoder": f"BertModel hidden {arch.text_dim}, {arch.text_layers} layers (scratch)",
         "tokenizer": {"model": "WordLevel", "vocab_size": arch.vocab_size},
         "vision": f"per camera: 3 convs, FiLM by the text, {arch.keypoints} spatial-softmax "
-        "keypoints",
+        f"keypoints at 1/4 resolution and {arch.fine_keypoints} at 1/2",
         "hidden": arch.hidden,
         "layers": arch.layers,
         "horizon": config.horizon,
         "execute": config.execute,
         "temporal_ensemble": config.temporal_ensemble,
         "parameters": sum(p.numel() for p in policy.parameters()),
+        "aux_objects": {
+            "weight": config.aux_objects if arch.aux_dim else 0.0,
+            "objects": list(objects.objects) if objects is not None and arch.aux_dim else [],
+        },
     }
+    report["loss_parts"] = train.parts  # the action term alone, and the aux head's error
     report["instructions"] = {
         "distinct": len({p for texts in phrases.values() for p in texts}),
         "shuffled": config.shuffle_instructions,

@@ -12,10 +12,11 @@ from conftest import write_spec
 
 import factory  # noqa: F401  (selects the GL backend before robosuite)
 from factory.cli import main
+from factory.policy import ObsLayout
 from factory.resolve import Resolved, resolve_spec
 from factory.seeds import write_seed_dataset
 from factory.spec import load_spec
-from factory.train_eval import TrainEvalConfig, eval_seed, train_eval
+from factory.train_eval import TrainEvalConfig, TrainingData, eval_seed, train_eval
 from factory.vla import (
     InstructedPolicy,
     VlaArch,
@@ -23,8 +24,9 @@ from factory.vla import (
     encode_texts,
     fit_tokenizer,
     load_vla,
+    save_vla,
 )
-from factory.vla_train import episode_phrases
+from factory.vla_train import episode_phrases, object_positions, train_vla
 
 PHRASES = ["lift the red cube", "pick up the blue block", "Raise the GREEN cube off the table"]
 
@@ -93,7 +95,11 @@ def test_vla_train_eval_smoke(camera_dataset, tmp_path):
         lr=3e-3,
     )
     report = train_eval(dataset, resolved, config, save=tmp_path / "vla.pt")
-    assert report["policy"]["kind"] == "vla" and report["final_loss"] < report["first_loss"]
+    # The action term learns; the loss as a whole may rise at first, as the aux head's does.
+    parts = report["loss_parts"]
+    assert report["policy"]["kind"] == "vla"
+    assert parts["final_action_loss"] < parts["first_action_loss"]
+    assert 0 < parts["final_aux_error_m"] < 1.0  # metres, per coordinate
     # No privileged state: the observation is proprio (+ time), the scene's objects appear nowhere.
     names = report["observation"]["names"]
     assert names == [f"proprio[{i}]" for i in range(9)] + ["time"]
@@ -103,9 +109,13 @@ def test_vla_train_eval_smoke(camera_dataset, tmp_path):
     assert rollout["seed"] == eval_seed(resolved.spec.seed, 0) and rollout["steps"] <= 6
     assert rollout["instruction"] in resolved.spec.instructions  # Lift: no slots to fill
     assert report["instructions"]["distinct"] == 3  # the instruction and its two paraphrases
+    # The auxiliary loss had the cube's position as its target, and only as a target.
+    assert report["policy"]["aux_objects"] == {"weight": 1.0, "objects": ["cube"]}
     json.dumps(report)
     policy, tokenizer, saved = load_vla(tmp_path / "vla.pt")
     assert saved["config"]["policy"] == "vla" and saved["layout"]["objects"] == ()
+    assert policy.aux is not None and policy.aux.out_features == 3
+    assert policy.vision[0].fine.out_channels == 16  # the half-resolution keypoints
     frames = np.zeros((1, 24, 32, 3), dtype=np.uint8)
     obs = np.zeros(10, dtype=np.float32)
     bound = InstructedPolicy(policy, tokenizer, rollout["instruction"])
@@ -132,3 +142,74 @@ def test_shuffled_instructions_and_flags(camera_dataset, capsys):
     assert "--sensor-noise: only with --policy mlp" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*base, "--policy", "transformer"])
+
+
+def test_object_positions_read_the_free_joints():
+    layout = ObsLayout(("a", "b"), (2, 9))
+    state = np.arange(2 * 30, dtype=np.float64).reshape(2, 30)  # time, qpos..., qvel...
+    got = object_positions(state, layout)
+    assert got.dtype == np.float32 and got.shape == (2, 6)
+    np.testing.assert_array_equal(got[1], state[1, [3, 4, 5, 10, 11, 12]])
+
+
+def test_aux_loss_puts_keypoints_on_the_object():
+    """Frames with one bright square at a random place; the square's (x, y) is the auxiliary
+    target. With the loss on, the affine head reads the square's place off the keypoints; with
+    it off, the head does not exist. The action is constant, so only the aux loss can teach
+    the encoder where the square is."""
+    rng = np.random.default_rng(0)
+    n, h, w = 256, 24, 32
+    xy = rng.uniform(0.15, 0.85, (n, 2))
+    images = np.zeros((n, 1, 3, h, w), dtype=np.uint8)
+    for i, (x, y) in enumerate(xy):
+        r, c = int(y * h), int(x * w)
+        images[i, 0, :, r - 2 : r + 2, c - 2 : c + 2] = 255
+    positions = np.concatenate([xy, np.zeros((n, 1))], axis=1).astype(np.float32)
+    data = TrainingData(
+        np.zeros((n, 9), np.float32),
+        np.zeros((n, 4, 7), np.float32),
+        np.ones((n, 4), bool),
+        np.arange(n) // 16,
+        tuple(range(n // 16)),
+        images,
+    )
+    phrases = {ep: ("lift the cube",) for ep in range(n // 16)}
+    config = TrainEvalConfig(
+        policy="vla", horizon=4, steps=300, batch_size=32, hidden=32, layers=1, lr=3e-3
+    )
+    policy, tokenizer, _ = train_vla(data, phrases, config, positions=positions)
+    text = InstructedPolicy(policy, tokenizer, "lift the cube").text.expand(n, -1)
+    with torch.no_grad():
+        _, points = policy.forward_with_points(
+            torch.zeros(n, 9), torch.from_numpy(images).float() / 255.0, text
+        )
+        pred = policy.locate(points).numpy()[:, :2]  # in the targets' own units
+    r2 = 1 - ((pred - xy) ** 2).mean() / xy.var(0).mean()
+    assert r2 > 0.8, r2
+    off = config.model_copy(update={"aux_objects": 0.0, "steps": 1})
+    unaided = train_vla(data, phrases, off, positions=positions)[0]
+    assert unaided.aux is None
+    with pytest.raises(ValueError, match="without the auxiliary loss"):
+        unaided.locate(points)
+
+
+def test_a_policy_saved_before_fine_keypoints_and_aux_still_loads(tmp_path):
+    """Files written before `fine_keypoints` and `aux_dim` existed have neither key: they load
+    as the encoder they were (coarse keypoints only, no auxiliary head) and act the same."""
+    torch.manual_seed(0)
+    tokenizer = fit_tokenizer(PHRASES)
+    arch = VlaArch(10, 4, 1, (3, 24, 32), tokenizer.get_vocab_size(), hidden=32, layers=1)
+    policy = VlaPolicy(arch).eval()
+    save_vla(tmp_path / "old.pt", policy, tokenizer, {}, {})
+    saved = torch.load(tmp_path / "old.pt", weights_only=False)
+    for key in ("fine_keypoints", "aux_dim"):
+        del saved["arch"][key]
+    torch.save(saved, tmp_path / "old.pt")
+    loaded, tokenizer, _ = load_vla(tmp_path / "old.pt")
+    assert loaded.vision[0].fine is None and loaded.aux is None
+    frames = np.random.default_rng(1).integers(0, 255, (1, 24, 32, 3), dtype=np.uint8)
+    obs = np.zeros(10, dtype=np.float32)
+    before = InstructedPolicy(policy, tokenizer, PHRASES[0]).act(obs, frames)
+    np.testing.assert_array_equal(
+        InstructedPolicy(loaded, tokenizer, PHRASES[0]).act(obs, frames), before
+    )
