@@ -461,6 +461,8 @@ def train_eval(
         return train_eval_vla(dataset, resolved, config, info, log, save)
     if config.extra_camera is not None or config.shuffle_instructions:
         raise UserError("--extra-camera, --shuffle-instructions: only with --policy vla")
+    if {"aux_objects", "fine_keypoints"} & config.model_fields_set:  # given, not defaulted
+        raise UserError("--aux-objects, --fine-keypoints: only with --policy vla")
     camera = dataset_camera(info, config.camera, dataset) if config.camera is not None else None
     layout = make_obs_layout(
         scene.model, scene.bodies, 1.0 / scene.spec.task.horizon if config.time_feature else None
