@@ -82,7 +82,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="language: run one arm only (two processes can then share the cores); the target "
         "is checked on the arms run",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.figure is not None and (args.task != "language" or args.arm == "shuffled"):
+        parser.error("--figure: draws the instructed arm of --task language")
+    return args
 
 
 def run_arm(

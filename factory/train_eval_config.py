@@ -81,6 +81,7 @@ class TrainEvalConfig(BaseModel):
     aux_objects: float = Field(
         1.0,
         ge=0.0,
+        allow_inf_nan=False,
         description="vla: weight of an auxiliary training loss that regresses the spec objects' "
         "positions (from the stored MuJoCo state: a privileged target, never an input) from the "
         "image keypoints; it teaches the encoder where the objects are (0: off)",

@@ -139,8 +139,11 @@ def test_shuffled_instructions_and_flags(camera_dataset, capsys):
     capsys.readouterr()
     assert main([*base, "--aux-objects", "2"]) == 2  # an MLP has no keypoints to train
     assert "--aux-objects, --fine-keypoints: only with --policy vla" in capsys.readouterr().err
-    assert main([*base, "--policy", "vla", "--camera", "agentview", "--aux-objects", "-1"]) == 2
-    assert "--aux-objects" in capsys.readouterr().err
+    for weight in ("-1", "inf", "nan"):
+        assert (
+            main([*base, "--policy", "vla", "--camera", "agentview", "--aux-objects", weight]) == 2
+        )
+        assert "--aux-objects" in capsys.readouterr().err
     noisy = ["--policy", "vla", "--camera", "agentview", "--sensor-noise", '{"state_std": 0.01}']
     assert main([*base, *noisy]) == 2  # refused, not silently ignored
     assert "--sensor-noise: only with --policy mlp" in capsys.readouterr().err
