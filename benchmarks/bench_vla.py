@@ -142,12 +142,12 @@ def grounding_figure(policy_file: Path, out: Path, scenes: int = 3) -> None:
                 frame = frames_view(renderer, [name], spec.render.jpeg_quality)
                 colours = language.attributes
                 obs = make_observation(scene.proprio(), scene.get_state(), layout, 0)
+                x = policy.normalize_obs(torch.as_tensor(obs)[None])
+                pixels = torch.from_numpy(frame.transpose(0, 3, 1, 2).copy())[None].float()
                 tiles = []
-                for obj in ("target", "distA", "distB"):
+                for obj in ("target", "distA", "distB"):  # the same frame, each cube named
                     instruction = f"lift the {colours[obj]['color']} cube"
                     bound = InstructedPolicy(policy, tokenizer, instruction)
-                    x = policy.normalize_obs(torch.as_tensor(obs)[None])
-                    pixels = torch.from_numpy(frame.transpose(0, 3, 1, 2).copy())[None].float()
                     with torch.no_grad():
                         _, points = policy.forward_with_points(x, pixels / 255.0, bound.text)
                         world = policy.locate(points)[0, :3].numpy()  # the target: first object

@@ -212,7 +212,7 @@ class VlaPolicy(NormalizedPolicy):
     def forward_with_points(
         self, obs_normalized: torch.Tensor, images: torch.Tensor, text: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward`'s chunk [B, H, A] and the keypoints of every camera [B, C * 2K]."""
+        """`forward`'s chunk [B, H, A] and the keypoints of every camera [B, C * 2(K + K_f)]."""
         points = torch.cat([enc(images[:, i], text) for i, enc in enumerate(self.vision)], dim=-1)
         x = torch.cat([obs_normalized, points, text], dim=-1)
         return self.head(x).view(-1, self.horizon, self.action_dim), points
