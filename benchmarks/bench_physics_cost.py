@@ -33,6 +33,9 @@ def main() -> None:
     resolved = resolve_spec(spec)
     scene, demos, params = resolved.scene, resolved.demos, resolved.params
     totals = {"nominal": [0.0, 0, 0], "physics": [0.0, 0, 0]}  # seconds, steps, successes
+    # The physics arm by outcome: whether the steps of draws that fail the task (wide ranges
+    # fail half the attempts, a hand pressing on the cube to the horizon) simulate slower.
+    outcomes = {True: [0.0, 0], False: [0.0, 0]}  # seconds, steps
     apply_s = 0.0
     for i in range(args.attempts):  # interleaved: load on the shared machine hits both alike
         plan = AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i))
@@ -47,6 +50,9 @@ def main() -> None:
             total[0] += time.perf_counter() - start
             total[1] += attempt.length
             total[2] += attempt.success
+            if label == "physics":
+                outcomes[attempt.success][0] += time.perf_counter() - start
+                outcomes[attempt.success][1] += attempt.length
     scene.set_physics(None)
     rate = {label: steps / seconds for label, (seconds, steps, _) in totals.items()}
     ratio = rate["physics"] / rate["nominal"]
@@ -59,6 +65,10 @@ def main() -> None:
                 "steps_per_s_nominal": round(rate["nominal"], 1),
                 "steps_per_s_physics": round(rate["physics"], 1),
                 "successes": {label: total[2] for label, total in totals.items()},
+                "steps_per_s_physics_by_outcome": {
+                    ("success" if ok else "failure"): round(steps / seconds, 1) if steps else None
+                    for ok, (seconds, steps) in outcomes.items()
+                },
                 "apply_ms": round(1e3 * apply_s / args.attempts, 3),
                 "s_per_attempt_physics": round(totals["physics"][0] / args.attempts, 3),
                 "ratio": round(ratio, 3),

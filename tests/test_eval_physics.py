@@ -161,3 +161,37 @@ def test_bad_ranges_name_the_file_and_field(tmp_path, text, field):
     assert str(err.value).startswith(f"{bad}: {field}: ") and "\n" not in str(err.value)
     with pytest.raises(UserError, match="no such file"):
         parse_eval_physics(str(tmp_path / "no-such-file.yaml"))
+
+
+# The transfer benchmark's shifts (benchmarks/bench_physics_transfer.py): each task's shift files
+# and the spec whose ranges the randomized data was drawn from.
+TRANSFER = {
+    "lift_lowdim.yaml": ("lift_physics.yaml", ["shifted.yaml", "smaller.yaml"]),
+    "stack_lowdim.yaml": ("stack_physics.yaml", ["stack_shifted.yaml", "stack_smaller.yaml"]),
+}
+
+
+def _covered(value: tuple, ranges: tuple | None, nominal: float) -> bool:
+    lo, hi = ranges if ranges is not None else (nominal, nominal)
+    return lo <= value[0] and value[1] <= hi
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("task", sorted(TRANSFER))
+def test_the_transfer_shifts_load_and_the_randomized_ranges_cover_them(task):
+    """Each shift names real targets of the task's scene, and lies inside the ranges the
+    randomized data was drawn from: the benchmark asks whether randomizing over a shift helps
+    under it, so a shift outside them would measure extrapolation instead."""
+    randomized_spec, shifts = TRANSFER[task]
+    resolved = resolve_spec(load_spec(SPECS / task))
+    ranges = load_spec(SPECS / randomized_spec).physics
+    assert ranges is not None
+    for name in shifts:
+        shift = load_eval_physics(str(SPECS / "physics" / name), resolved.scene).ranges
+        for field in ("friction", "mass", "size", "joint_damping", "joint_armature"):
+            for target, value in getattr(shift, field).items():
+                assert _covered(value, getattr(ranges, field).get(target), 1.0), (name, target)
+        assert _covered(shift.kp or (1.0, 1.0), ranges.kp, 1.0), name
+        assert _covered(shift.damping_ratio or (1.0, 1.0), ranges.damping_ratio, 1.0), name
+        assert _covered(shift.delay or (0, 0), ranges.delay, 0), name
+        assert shift.gravity_tilt <= ranges.gravity_tilt, name
