@@ -3,11 +3,12 @@ bad ranges refused in one line before anything runs (real Lift scene, a tiny see
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
 import pytest
-from conftest import SPECS, write_spec
+from conftest import REPO, SPECS, write_spec
 
 import factory  # noqa: F401  (selects the GL backend before robosuite)
 from factory.cli import main
@@ -163,31 +164,35 @@ def test_bad_ranges_name_the_file_and_field(tmp_path, text, field):
         parse_eval_physics(str(tmp_path / "no-such-file.yaml"))
 
 
-# The transfer benchmark's shifts (benchmarks/bench_physics_transfer.py): each task's shift files
-# and the spec whose ranges the randomized data was drawn from.
-TRANSFER = {
-    "lift_lowdim.yaml": ("lift_physics.yaml", ["shifted.yaml", "smaller.yaml"]),
-    "stack_lowdim.yaml": ("stack_physics.yaml", ["stack_shifted.yaml", "stack_smaller.yaml"]),
-}
-
-
 def _covered(value: tuple, ranges: tuple | None, nominal: float) -> bool:
     lo, hi = ranges if ranges is not None else (nominal, nominal)
     return lo <= value[0] and value[1] <= hi
 
 
+def _transfer_benchmark():
+    """benchmarks/bench_physics_transfer.py as a module (its SPECS and SHIFTS)."""
+    path = REPO / "benchmarks" / "bench_physics_transfer.py"
+    spec = importlib.util.spec_from_file_location("bench_physics_transfer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.sim
-@pytest.mark.parametrize("task", sorted(TRANSFER))
+@pytest.mark.parametrize("task", ["lift", "stack"])
 def test_the_transfer_shifts_load_and_the_randomized_ranges_cover_them(task):
-    """Each shift names real targets of the task's scene, and lies inside the ranges the
-    randomized data was drawn from: the benchmark asks whether randomizing over a shift helps
-    under it, so a shift outside them would measure extrapolation instead."""
-    randomized_spec, shifts = TRANSFER[task]
-    resolved = resolve_spec(load_spec(SPECS / task))
-    ranges = load_spec(SPECS / randomized_spec).physics
-    assert ranges is not None
-    for name in shifts:
-        shift = load_eval_physics(str(SPECS / "physics" / name), resolved.scene).ranges
+    """The transfer benchmark's default shifts name real targets of the task's scene and lie
+    inside the ranges its randomized data was drawn from: the benchmark asks whether
+    randomizing over a shift helps under it, so a shift outside them would measure
+    extrapolation instead."""
+    bench = _transfer_benchmark()
+    nominal_spec, randomized_spec = bench.SPECS[task]
+    resolved = resolve_spec(load_spec(nominal_spec))
+    ranges = load_spec(randomized_spec).physics
+    assert ranges is not None and len(bench.SHIFTS[task]) == 2
+    for path in bench.SHIFTS[task]:
+        name = path.name
+        shift = load_eval_physics(str(path), resolved.scene).ranges
         for field in ("friction", "mass", "size", "joint_damping", "joint_armature"):
             for target, value in getattr(shift, field).items():
                 assert _covered(value, getattr(ranges, field).get(target), 1.0), (name, target)
