@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 import factory  # noqa: F401  (selects the GL backend before robosuite)
+from factory.errors import UserError
 from factory.eval_physics import load_eval_physics
 from factory.policy import ChunkPolicy, ObsLayout
 from factory.resolve import resolve_spec
@@ -101,6 +102,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.plot and args.figure is None:
         parser.error("--plot draws into --figure PNG: give one")
+    for path in args.plot or []:
+        if not path.is_file():
+            parser.error(f"--plot {path}: no such file (a --out result of this benchmark)")
+    names = [path.stem for path in args.shift or []]
+    if "nominal" in names or len(set(names)) < len(names):
+        # a shift's file name is its column: "nominal" is taken, and two alike would merge
+        parser.error(f"--shift: expected distinct file names other than nominal, got {names}")
     return args
 
 
@@ -244,7 +252,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         ]
     )
     shifts = args.shift or SHIFTS[args.task]
-    result = {**compare(args.task, data, shifts, config), "command": command}
+    try:
+        result = {**compare(args.task, data, shifts, config), "command": command}
+    except UserError as err:  # a bad shift file or dataset: one line, as the CLI says it
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     short = {
         arm: {
             k: (
