@@ -46,12 +46,13 @@ def main() -> None:
             if draw is not None:
                 apply_s += time.perf_counter() - start
             attempt = generate_attempt(scene, demos, plan, params)
+            elapsed = time.perf_counter() - start
             total = totals[label]
-            total[0] += time.perf_counter() - start
+            total[0] += elapsed
             total[1] += attempt.length
             total[2] += attempt.success
             if label == "physics":
-                outcomes[attempt.success][0] += time.perf_counter() - start
+                outcomes[attempt.success][0] += elapsed
                 outcomes[attempt.success][1] += attempt.length
     scene.set_physics(None)
     rate = {label: steps / seconds for label, (seconds, steps, _) in totals.items()}

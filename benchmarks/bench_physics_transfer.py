@@ -146,10 +146,11 @@ def compare(task: str, data: dict[str, Path], shifts: list[Path], config: TrainE
         for name, shift in physics.items():
             t0 = time.perf_counter()
             rollouts = evaluate(resolved, policy, layout, config, physics=shift)
-            log(f"{arm}: {name} {_rate(rollouts)} in {time.perf_counter() - t0:.0f} s")
+            elapsed = time.perf_counter() - t0
+            log(f"{arm}: {name} {_rate(rollouts)} in {elapsed:.0f} s")
             shifted[name] = {
                 "success_rate": _rate(rollouts),
-                "eval_time_s": round(time.perf_counter() - t0, 1),
+                "eval_time_s": round(elapsed, 1),
                 "per_rollout": rollouts,
             }
         arms[arm] = {
