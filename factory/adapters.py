@@ -50,7 +50,14 @@ def mimicgen_params(spec: SceneSpec) -> MimicGenParams:
     return MimicGenParams(
         objects=tuple(spec.objects),
         subtasks=tuple(
-            SubtaskParams(sub.object, sub.ends_when, tuple(sub.end_offset)) for sub in spec.subtasks
+            SubtaskParams(
+                sub.object,
+                sub.ends_when,
+                tuple(sub.end_offset),
+                skill_margin=sub.skill.margin if sub.skill else 0.08,
+                skill_window=tuple(sub.skill.window) if sub.skill and sub.skill.window else None,
+            )
+            for sub in spec.subtasks
         ),
         horizon=spec.task.horizon,
         generation=generation_params(spec.generation),

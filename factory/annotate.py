@@ -22,11 +22,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from factory.errors import UserError
+from factory.errors import SpecError, UserError
 from factory.fixtures import infer_fixture_poses
 from factory.predicates import Predicate, parse_predicate
 from factory.records import AnnotatedDemo, SeedDemo
 from factory.sim import Scene
+from factory.spec_sections import SkillSpec
+from generators.skills import event_steps, paused_steps, relative_positions, skill_start
 
 MIN_RUN = 3  # steps a predicate must hold in a row to count (20 Hz: 0.15 s)
 FINISH_TAIL = 15  # steps kept after the task is first done (the hand lets go and clears)
@@ -48,6 +50,8 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
     objects = {name: np.empty((count, 4, 4)) for name in spec.objects}
     holds = np.zeros((count, len(predicates)), dtype=bool)
     free = np.empty((count, len(scene.free_bodies), 3))
+    touch = np.zeros((count, len(spec.subtasks)), dtype=bool)  # hand (or what it holds) on ref
+    fingers = np.empty((count, len(scene._gripper_qpos)))
     scene.reset(demo.fixture_poses)
     if demo.fixture_poses is None and scene.has_redrawn_fixtures:
         infer_fixture_poses(
@@ -64,6 +68,8 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
             objects[name][t] = scene.object_pose(name)
         holds[t] = [scene.holds(p) for p in predicates]
         free[t] = scene.data.xpos[scene.free_bodies]
+        touch[t] = hand_contacts(scene, [s.object for s in spec.subtasks])
+        fingers[t] = scene.data.qpos[scene._gripper_qpos]
     scene.gripper_closed = None
     labels = [str(p) for p in predicates]
     try:
@@ -80,6 +86,11 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
         for i, s in enumerate(spec.subtasks)
     ]
     starts = segment_starts(order, ends, involved, scene.free_bodies, free)
+    gripper = demo.actions[:, -1].astype(np.float64)
+    skills, skill_reasons = skill_windows(
+        spec, demo, order, starts, ends, eef, objects, touch, gripper
+    )
+    paused = paused_steps(eef, gripper, fingers, free)
     return AnnotatedDemo(
         demo=demo,
         eef_poses=eef,
@@ -91,7 +102,63 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
         fixture_poses=fixtures,
         holds=holds,
         subtask_starts=starts,
+        skill_starts=skills,
+        skill_reasons=skill_reasons,
+        paused=paused,
     )
+
+
+def hand_contacts(scene: Scene, names: Sequence[str]) -> list[bool]:
+    """Per name: the hand touches that object, or touches an object that touches it (carried)."""
+    n = scene.data.ncon
+    g1 = scene.data.contact.geom1[:n].tolist()
+    g2 = scene.data.contact.geom2[:n].tolist()
+    hand = scene.hand_geoms
+    geoms = {name: scene._geoms[name] for name in set(names)}
+    touched = {b for a, b in zip(g1, g2, strict=True) if a in hand}
+    touched |= {a for a, b in zip(g1, g2, strict=True) if b in hand}
+    carried = [g for name, gs in geoms.items() if gs & touched for g in gs]
+    reach = touched | {
+        o for a, b in zip(g1, g2, strict=True) for c, o in ((a, b), (b, a)) if c in carried
+    }
+    return [bool(geoms[name] & reach) for name in names]
+
+
+def skill_windows(
+    spec, demo: SeedDemo, order, starts, ends, eef, objects, touch, gripper
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Per subtask (spec index): where its skill window opens, and why (`generators.skills`).
+
+    A window given in the spec (`subtasks[i].skill.window`) must lie inside the segment.
+    """
+    skills, reasons = [0] * len(ends), [""] * len(ends)
+    for position, index in enumerate(order):
+        start = starts[index] if starts else (0 if position == 0 else ends[order[position - 1]])
+        end = ends[index]
+        sub = spec.subtasks[index]
+        window = sub.skill.window if sub.skill else None
+        if window is not None:
+            if not start <= window[0] < end or window[1] > end:
+                raise SpecError(
+                    spec.path,
+                    f"subtasks[{index}].skill.window",
+                    f"[{window[0]}, {window[1]}) lies outside the subtask's segment "
+                    f"[{start}, {end}) in {demo.label} (expected a window inside it; "
+                    "factory annotate shows the segments)",
+                )
+            skills[index], reasons[index] = window[0], "given in the spec"
+            continue
+        margin = sub.skill.margin if sub.skill else SkillSpec().margin
+        rel = relative_positions(eef, objects[sub.object])
+        skills[index] = skill_start(rel, touch[:, index], gripper, start, end, margin)
+        events = event_steps(touch[:, index], gripper, start, end)
+        what = (
+            f"last contact or gripper event at step {int(events[-1])}"
+            if events.size
+            else ("no contact or gripper event: the segment's end")
+        )
+        reasons[index] = f"{what}; the hand within {margin:g} m of it from here"
+    return tuple(skills), tuple(reasons)
 
 
 def segment_starts(

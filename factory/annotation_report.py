@@ -39,6 +39,8 @@ def segment_rows(spec: SceneSpec, demo: AnnotatedDemo) -> list[dict]:
         start, end = demo.segment(position)
         sub = spec.subtasks[index]
         reason = demo.end_reasons[index] if demo.end_reasons else (sub.ends_when or "success")
+        skill, _ = demo.skill(position)
+        paused = int(demo.paused[skill:end].sum()) if demo.paused is not None else 0
         rows.append(
             {
                 "subtask": index,
@@ -47,6 +49,9 @@ def segment_rows(spec: SceneSpec, demo: AnnotatedDemo) -> list[dict]:
                 "start": start,
                 "end": end,
                 "reason": reason,
+                "skill_start": skill,
+                "skill_reason": demo.skill_reasons[index] if demo.skill_reasons else "",
+                "paused_steps": paused,
             }
         )
     return rows
@@ -59,6 +64,10 @@ def format_rows(label: str, length: int, rows: list[dict]) -> str:
             f"  subtask {row['subtask']}  {row['object']:<12} "
             f"steps {row['start']:>5} .. {row['end']:<5}"
             f"  ends: {row['reason']}"
+        )
+        lines.append(
+            f"      skill window {row['skill_start']:>5} .. {row['end']:<5}"
+            f" ({row['skill_reason']}; {row['paused_steps']} paused steps dropped)"
         )
     return "\n".join(lines)
 
@@ -91,12 +100,16 @@ def plot_timeline(spec: SceneSpec, demo: AnnotatedDemo, path: Path) -> Path:
         _lane(draw, font, lane_top(i), f"{i}: {label}", holds[:, i], x, colour)
     _lane(draw, font, lane_top(len(labels)), "gripper closed", demo.gripper > 0, x, (60, 60, 60))
     top = lane_top(len(labels) + 1)
-    draw.text((MARGIN, top + 5), "segments (reference object)", fill="black", font=font)
+    draw.text((MARGIN, top + 5), "segments (pale: approach; full: skill)", fill="black", font=font)
     for position, index in enumerate(demo.order):
         start, end = demo.segment(position)
         colour = PALETTE[index % len(PALETTE)]
-        draw.rectangle([x(start), top + 2, max(x(end) - 1, x(start)), top + LANE - 2], fill=colour)
-        draw.text((x(start) + 2, top + 5), spec.subtasks[index].object, fill="white", font=font)
+        skill, _ = demo.skill(position)
+        # The approach (planned by transit: plan) pale, the skill window in full colour.
+        pale = tuple(int(c + (255 - c) * 0.65) for c in colour)
+        draw.rectangle([x(start), top + 2, max(x(end) - 1, x(start)), top + LANE - 2], fill=pale)
+        draw.rectangle([x(skill), top + 2, max(x(end) - 1, x(skill)), top + LANE - 2], fill=colour)
+        draw.text((x(start) + 2, top + 5), spec.subtasks[index].object, fill="black", font=font)
     axis = lane_top(lanes)
     for t in np.linspace(0, length, 6).astype(int):
         draw.line([x(t), axis, x(t), axis + 4], fill="black")

@@ -133,6 +133,8 @@ class Scene:
             for group in ("left_fingerpad", "right_fingerpad")
         ]
         self._start_z: dict[str, float] = {}
+        self._hand_geoms: frozenset[int] | None = None
+        self._planner = None  # factory.planning.TransitPlanner, built at the first planned transit
         self._start_q: dict[
             str, float
         ] = {}  # joint position at the episode start, per articulated object
@@ -403,6 +405,46 @@ class Scene:
     def grip_site(self) -> int:
         """Site id of the grip site (the frame the controller moves)."""
         return int(self._eef_site)
+
+    def plan_transit(
+        self, goal: np.ndarray, held: str | None, speed: float, checks: int, seed: int
+    ) -> tuple[np.ndarray | None, str]:
+        """Grip-site poses, one per control step, from now to `goal` [4, 4] on a collision-free
+        path with the object `held` (a spec object name, or None) attached; (None, why) when no
+        path is found (`factory.planning`)."""
+        if self._planner is None:
+            from factory.planning import TransitPlanner
+
+            robot = self.env.robots[0]
+            robot_geoms = [
+                g for g in range(self.model.ngeom) if self._robot_body(self.model.geom_bodyid[g])
+            ]
+            self._planner = TransitPlanner(
+                self.model,
+                robot._ref_joint_pos_indexes,
+                robot._ref_joint_vel_indexes,
+                self.grip_site,
+                robot_geoms,
+                self.hand_geoms,
+            )
+            self._planner.home = np.asarray(robot.init_qpos, dtype=np.float64)
+        body = self.bodies[held] if held is not None else None
+        return self._planner.plan(self.data, goal, body, speed, checks, seed)
+
+    @property
+    def hand_geoms(self) -> frozenset[int]:
+        """Collision geoms of the gripper (fingers, pads, palm): what touches for the hand."""
+        if self._hand_geoms is None:
+            prefix = self._gripper.naming_prefix
+            bodies = [
+                b
+                for b in range(self.model.nbody)
+                if (mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, b) or "").startswith(
+                    prefix
+                )
+            ]
+            self._hand_geoms = frozenset().union(*(self._collision_geoms(b) for b in bodies))
+        return self._hand_geoms
 
     def finger_pads(self) -> list[set[int]]:
         """Geom ids of the left and right finger pads."""

@@ -127,6 +127,31 @@ class TaskSpec(_Strict):
         return robots
 
 
+class SkillSpec(_Strict):
+    """The skill window of a subtask's segment: the contact-rich part replayed from the demo."""
+
+    margin: float = Field(
+        0.08,
+        ge=0.0,
+        le=1.0,
+        description="Metres: the window opens where the hand last was this far (in the "
+        "reference object's frame) from where it makes contact or works the gripper.",
+    )
+    window: tuple[int, int] | None = Field(
+        None,
+        description="[start, end) demo steps of the window, given by hand (every seed demo); "
+        "it must lie inside the subtask's segment (factory annotate shows the segments). "
+        "null: found from the margin.",
+    )
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, window: tuple[int, int] | None) -> tuple[int, int] | None:
+        if window is not None and not 0 <= window[0] < window[1]:
+            raise ValueError(f"expected [start, end) with 0 <= start < end, got {list(window)}")
+        return window
+
+
 class SubtaskSpec(_Strict):
     """One segment of every demo, re-targeted relative to the pose of its reference object."""
 
@@ -144,6 +169,14 @@ class SubtaskSpec(_Strict):
         (0, 0),
         description="[lo, hi] extra steps after the predicate first holds, drawn uniformly "
         "per attempt; [0, 3] lets a grasp firm up.",
+    )
+
+    skill: SkillSpec | None = Field(
+        None,
+        description="Where the contact-rich skill window of this subtask's segment starts, for "
+        "generation.transit: plan (the free-space approach before it is planned, not replayed). "
+        "null: found from each demo (the hand's distance to the reference object, the first "
+        "contact and the gripper command) with the default margin.",
     )
 
     @field_validator("ends_when")
@@ -305,11 +338,26 @@ class GenerationSpec(_Strict):
         ge=1,
         description="Success must hold on this many final steps, not merely at some step.",
     )
-    transit: Literal["direct", "over"] = Field(
+    transit: Literal["direct", "over", "plan"] = Field(
         "direct",
         description="The motion bridging two segments: direct interpolates straight to the next "
         "segment's first target; over rises to transit_clearance above the higher of the two "
-        "poses, crosses and descends, so a carried object does not sweep through the others.",
+        "poses, crosses and descends, so a carried object does not sweep through the others; "
+        "plan replays only each segment's skill window (subtasks[].skill) and plans a "
+        "collision-free joint-space path to it in the live scene (OMPL), a held object "
+        "attached, falling back to direct where no path is found (counted in inspect).",
+    )
+    plan_checks: int = Field(
+        20000,
+        ge=100,
+        le=2_000_000,
+        description="Collision checks one planned transit may spend at most, for transit: plan "
+        "(then the direct bridge); a count, not seconds, so a retried shard plans alike.",
+    )
+    trim_pauses: StrictBool = Field(
+        True,
+        description="For transit: plan: steps of a skill window where the person paused (hand, "
+        "fingers and objects still) are dropped, but the first two of each pause.",
     )
     transit_clearance: float = Field(
         0.08, ge=0.0, le=0.5, description="Metres above both poses, for transit: over."

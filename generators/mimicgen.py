@@ -282,21 +282,27 @@ class _Rollout:
         return source
 
     def _execute_segment(self, source: AnnotatedDemo, position: int, index: int, last: bool) -> str:
-        start, end = source.segment(
-            position
-        )  # the last: the demo's end, or just after the task is done
+        gen = self.gen
+        planned = gen.transit == "plan"
+        # The last: the demo's end, or just after the task is done. Planned transits replay the
+        # skill window only: the approach before it is planned in the scene as it is now.
+        start, end = source.skill(position) if planned else source.segment(position)
         if not last:
             lo, hi = self.params.subtasks[index].end_offset
             end = min(end + int(self.rng.integers(lo, hi + 1)), source.demo.length)
         end = max(end, start + 1)
-        gen = self.gen
+        steps_replayed = np.arange(start, end)
+        if planned and gen.trim_pauses and source.paused is not None:
+            keep = ~source.paused[start:end]
+            keep[0] = True
+            steps_replayed = steps_replayed[keep]
         obj = self.params.subtasks[index].object
         origin = (
             self.last_target
             if gen.start_from == "last_target" and self.last_target is not None
             else self.scene.eef_pose()
         )
-        src_obj = source.object_poses[obj][reference_step(self.params, source, position)]
+        src_obj = source.object_poses[obj][reference_step(self.params, source, position, start)]
         frame = symmetric_frame(
             self.scene.object_pose(obj),
             src_obj,
@@ -304,14 +310,16 @@ class _Rollout:
             origin,
             self.params.symmetry.get(obj, 1),
         )
-        targets = transform_segment(source.eef_poses[start:end], src_obj, frame)
+        targets = transform_segment(source.eef_poses[steps_replayed], src_obj, frame)
         held, offset = self._grip(source, start, position, obj)
         if gen.held_object_correction and held is not None:
             self.provenance.setdefault("held_offsets", []).append(
                 {"subtask": index, "object": held, "offset": [round(float(v), 5) for v in offset]}
             )
             targets = shift_in_hand(targets, offset)
-        if gen.transit == "over" and position > 0:
+        if planned:
+            way = self._planned_way(origin, targets[0], position, obj, index)
+        elif gen.transit == "over" and position > 0:
             way = transit_over(origin, targets[0], gen.transit_clearance, gen.transit_speed)
         else:
             way = interpolate_poses(origin, targets[0], gen.interpolation_steps)
@@ -320,13 +328,15 @@ class _Rollout:
         if len(self.rec) + steps > self.params.horizon:
             needed = len(self.rec) + steps
             return f"horizon: {needed} steps needed, task.horizon is {self.params.horizon}"
-        grip = source.gripper[start:end]
+        grip = source.gripper[steps_replayed]
         noise = gen.action_noise if gen.noise_during_interpolation else 0.0
         before = {name: self.scene.object_pose(name) for name in self.params.objects}
         exempt = {obj, *(name for name, pred in self.held.items() if self.scene.holds(pred))}
         if held is not None:
             exempt.add(held)  # it moves with the hand
         self._drive(bridge, np.full(len(bridge), grip[0]), noise, last)
+        if planned:
+            self._reach(targets[0], float(grip[0]), last)
         moved = disturbed(
             before, {name: self.scene.object_pose(name) for name in self.params.objects}, exempt
         )
@@ -339,6 +349,35 @@ class _Rollout:
         if not np.isfinite(self.scene.get_state()).all():
             return f"simulator unstable in subtask {index}"
         return ""
+
+    def _planned_way(
+        self, origin: np.ndarray, goal: np.ndarray, position: int, obj: str, index: int
+    ) -> np.ndarray:
+        """A collision-free way from the hand's pose to `goal` (what it holds attached), or the
+        direct bridge where planning fails (counted in provenance `transit_fallbacks`)."""
+        gen = self.gen
+        seed = int(self.rng.integers(2**31 - 1))
+        if float(np.linalg.norm(goal[:3, 3] - origin[:3, 3])) < NEAR:
+            # Already there (a skill that starts in contact, the cube in the hand): no transit.
+            return interpolate_poses(origin, goal, max(gen.interpolation_steps, 1))
+        way, why = self.scene.plan_transit(
+            goal, self._held_object(position, obj), gen.transit_speed, gen.plan_checks, seed
+        )
+        self.provenance["transits"] = self.provenance.get("transits", 0) + 1
+        if way is not None:
+            return way
+        self.provenance.setdefault("transit_fallbacks", []).append({"subtask": index, "why": why})
+        distance = float(np.linalg.norm(goal[:3, 3] - origin[:3, 3]))
+        steps = max(gen.interpolation_steps, int(np.ceil(distance / gen.transit_speed)), 1)
+        return interpolate_poses(origin, goal, steps)
+
+    def _reach(self, goal: np.ndarray, grip: float, last: bool) -> None:
+        """Hold `goal` until the hand is within REACHED m of it (at most REACH_STEPS steps): the
+        controller lags its targets, and a skill window must start where it was planned to."""
+        for _ in range(REACH_STEPS):
+            if np.linalg.norm(self.scene.eef_pose()[:3, 3] - goal[:3, 3]) < REACHED:
+                return
+            self._drive(goal[None], np.array([grip]), 0.0, last=False)
 
     def _held_object(self, position: int, obj: str) -> str | None:
         """The one object in the hand at a segment relative to `obj` (another object), or None.
@@ -406,7 +445,9 @@ class _Rollout:
 
     def _settle(self, index: int, last: bool) -> bool:
         """Hold the last target for up to `settle_steps`, until the subtask's predicate holds."""
-        if last or not self.gen.subtask_retries or self.last_target is None:
+        # transit: plan settles too: a released object still falling into its bin is no failure
+        waits = self.gen.subtask_retries or self.gen.transit == "plan"
+        if last or not waits or self.last_target is None:
             return False
         grip = self.rec.actions[-1][-1] if len(self.rec) else -1.0
         for _ in range(self.gen.settle_steps):
@@ -422,6 +463,8 @@ class _Rollout:
         return predicate is None or self.scene.holds(predicate)
 
 
+REACHED, REACH_STEPS = 0.005, 20  # metres, control steps: see _Rollout._reach
+NEAR = 0.01  # metres: a planned transit's goal this close to the hand needs no planning
 # Metres: a held object further than this from where the source's sat in its hand is not held
 # the same way (another face, or not yet in the source at that step): no correction.
 MAX_HELD_OFFSET = 0.04
@@ -450,14 +493,16 @@ def failure_phase(attempt: Attempt) -> str:
     return "transit" if attempt.provenance.get("disturbed_in_transit") else "segment"
 
 
-def reference_step(params: MimicGenParams, source: AnnotatedDemo, position: int) -> int:
+def reference_step(
+    params: MimicGenParams, source: AnnotatedDemo, position: int, start: int | None = None
+) -> int:
     """The demo step whose reference-object pose a segment is re-targeted from.
 
     MimicGen takes the segment's start. A segment that ends by grasping its own reference object
     takes the moment of the grasp instead: a person often nudges the object on the way in, and
     the grasp, not the approach, must land where the object is.
     """
-    start, _ = source.segment(position)
+    start = source.segment(position)[0] if start is None else start
     index = source.order[position]
     sub = params.subtasks[index]
     if sub.ends_when is not None:

@@ -49,10 +49,12 @@ class GenerationParams:
     subtask_retries: int
     settle_steps: int
     success_hold_steps: int
-    transit: str  # "direct" or "over"
+    transit: str  # "direct", "over" or "plan"
     transit_clearance: float
     transit_speed: float
     held_object_correction: bool = True
+    plan_checks: int = 20000  # collision checks per planned transit at most
+    trim_pauses: bool = True  # transit: plan drops the person's pauses inside skill windows
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class SubtaskParams:
     object: str
     ends_when: str | None = None  # None: the task's success ends it (the last subtask)
     end_offset: tuple[int, int] = (0, 0)  # [lo, hi] steps after the predicate first holds
+    skill_margin: float = 0.08  # metres: see factory.spec_sections.SkillSpec
+    skill_window: tuple[int, int] | None = None  # [start, end) demo steps, given by hand
 
 
 @dataclass(frozen=True)

@@ -73,11 +73,24 @@ class AnnotatedDemo:
     start: np.ndarray | None = None
     # The robot it was annotated for (the generation robot; a mixed dataset has one set a robot).
     robot: str = ""
+    # Per subtask (spec index): where its skill window opens (`generators.skills`), and why;
+    # generation.transit: plan replays [skill start, segment end) and plans the way there.
+    skill_starts: tuple[int, ...] = ()
+    skill_reasons: tuple[str, ...] = ()
+    paused: np.ndarray | None = None  # [T] bool: steps of a pause, dropped from replayed windows
 
     @property
     def start_state(self) -> np.ndarray:
         """[N] the state generation resets to (in the model of the scene it was annotated for)."""
         return self.demo.states[0] if self.start is None else self.start
+
+    def skill(self, position: int) -> tuple[int, int]:
+        """[start, end) of the `position`-th subtask's skill window (the whole segment when the
+        demo has none)."""
+        start, end = self.segment(position)
+        if self.skill_starts:
+            return max(start, min(self.skill_starts[self.order[position]], end - 1)), end
+        return start, end
 
     def segment(self, position: int) -> tuple[int, int]:
         """[start, end) of the `position`-th subtask in this demo's order."""

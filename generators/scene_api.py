@@ -89,3 +89,11 @@ class Scene(Protocol):
 
     def holds(self, predicate: Predicate | str) -> bool:
         """Evaluate a predicate (`generators.predicates`) on the current state."""
+
+    def plan_transit(
+        self, goal: np.ndarray, held: str | None, speed: float, checks: int, seed: int
+    ) -> tuple[np.ndarray | None, str]:
+        """For `generation.transit: plan`: poses [K, 4, 4] for the arm controller, one per
+        control step, from now to `goal` without collisions, the object `held` (or None)
+        attached; at most `speed` m a step and `checks` collision checks; `seed` seeds the
+        planner. (None, why) where no path is found."""

@@ -1,0 +1,131 @@
+"""Skill windows and pauses (generators/skills.py) on hand-made trajectories, and the planner
+(factory/planning.py) and `transit: plan` on a real robosuite scene."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from generators.skills import event_steps, paused_steps, relative_positions, skill_start
+
+
+def _poses(positions: np.ndarray) -> np.ndarray:
+    poses = np.repeat(np.eye(4)[None], len(positions), axis=0)
+    poses[:, :3, 3] = positions
+    return poses
+
+
+def test_relative_positions_are_in_the_object_frame():
+    turn = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # 90 deg about z
+    obj = np.eye(4)
+    obj[:3, :3], obj[:3, 3] = turn, [1.0, 0.0, 0.0]
+    hand = np.eye(4)
+    hand[:3, 3] = [1.0, 0.5, 0.2]  # 0.5 m along world y = the object's +x
+    rel = relative_positions(hand[None], obj[None])
+    np.testing.assert_allclose(rel[0], [0.5, 0.0, 0.2], atol=1e-12)
+
+
+def test_a_detour_before_the_grasp_is_left_out_of_the_window():
+    # 0..39: the hand wanders 40 cm up and back; 40..59: it descends 10 cm to the object;
+    # contact and the gripper closing at 55.
+    wander = np.stack([np.zeros(40), np.zeros(40), 0.1 + 0.4 * np.sin(np.linspace(0, np.pi, 40))])
+    descend = np.stack([np.zeros(20), np.zeros(20), np.linspace(0.1, 0.0, 20)])
+    rel = np.concatenate([wander.T, descend.T])
+    contact = np.zeros(60, bool)
+    contact[55:] = True
+    gripper = -np.ones(60)
+    gripper[55:] = 1.0
+    start = skill_start(rel, contact, gripper, 0, 60, margin=0.08)
+    assert 38 <= start <= 48  # the descent's last 8 cm, not the 40 cm wander before it
+    assert np.linalg.norm(rel[start] - rel[55]) <= 0.08
+    assert np.linalg.norm(rel[start - 1] - rel[55]) > 0.08
+
+
+def test_a_regrasp_anchors_the_window_at_the_second_grasp():
+    # Contact 10..19 (first grasp), the hand goes 20 cm away, comes back, contact again 50..59.
+    x = np.concatenate(
+        [np.zeros(20), np.linspace(0, 0.2, 15), np.linspace(0.2, 0, 15), np.zeros(10)]
+    )
+    rel = np.stack([x, np.zeros(60), np.zeros(60)], axis=1)
+    contact = np.zeros(60, bool)
+    contact[10:20] = contact[50:] = True
+    events = event_steps(contact, -np.ones(60), 0, 60)
+    assert events.tolist() == [10, 50]
+    assert skill_start(rel, contact, -np.ones(60), 0, 60, margin=0.05) > 35
+
+
+def test_a_segment_in_contact_from_its_start_is_all_skill():
+    rel = np.stack([np.linspace(0, 0.5, 30), np.zeros(30), np.zeros(30)], axis=1)
+    contact = np.ones(30, bool)
+    assert skill_start(rel, contact, np.ones(30), 0, 30, margin=0.08) == 0
+
+
+def test_no_event_anchors_at_the_segment_end():
+    rel = np.stack([np.linspace(0.5, 0, 30), np.zeros(30), np.zeros(30)], axis=1)
+    start = skill_start(rel, np.zeros(30, bool), -np.ones(30), 0, 30, margin=0.1)
+    assert 20 <= start <= 25
+
+
+def test_pauses_keep_their_first_steps_and_a_gripper_change_is_never_a_pause():
+    pos = np.zeros((20, 3))
+    pos[:5, 0] = np.linspace(0, 0.05, 6)[:5]
+    pos[5:, 0] = 0.05  # still from step 5 on
+    poses = _poses(pos)
+    gripper = -np.ones(20)
+    gripper[12:] = 1.0  # the person closes the hand at 12
+    fingers = np.zeros((20, 2))
+    objects = np.zeros((20, 1, 3))
+    drop = paused_steps(poses, gripper, fingers, objects, keep=2)
+    assert not drop[:7].any()  # moving, then the first two still steps kept
+    assert drop[7:11].all()
+    assert not drop[11]  # the step before the command changes is not still
+    assert not drop[12:14].any() and drop[14:19].all()
+
+
+def test_fingers_still_closing_are_not_a_pause():
+    poses = _poses(np.zeros((10, 3)))
+    fingers = np.linspace(0, 0.04, 10)[:, None].repeat(2, axis=1)  # closing 4 mm a step
+    drop = paused_steps(poses, np.ones(10), fingers, np.zeros((10, 1, 3)))
+    assert not drop.any()
+
+
+# --- the planner, on a real scene ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lift_scene():
+    from factory.sim import Placement, Scene
+    from factory.spec import load_spec
+    from tests.conftest import SPECS
+
+    spec = load_spec(SPECS / "lift.yaml", {"cameras": []})
+    scene = Scene(spec)
+    scene.reset_to(None, Placement({}))
+    return scene
+
+
+@pytest.mark.sim
+def test_a_planned_transit_reaches_its_goal_and_clears_the_cube(lift_scene):
+    scene = lift_scene
+    start = scene.eef_pose()
+    cube = scene.object_pose("cube")
+    goal = start.copy()
+    goal[:3, 3] = cube[:3, 3] + [0.0, 0.0, 0.08]
+    way, why = scene.plan_transit(goal, None, 0.01, 20000, seed=3)
+    assert why == "" and way is not None
+    np.testing.assert_allclose(way[-1][:3, 3], goal[:3, 3], atol=2e-3)
+    steps = np.linalg.norm(np.diff(way[:, :3, 3], axis=0), axis=1)
+    assert steps.max() <= 0.01 + 1e-6  # the speed limit, per control step
+    # The same call plans the same way (the planner's budget is a count, not seconds).
+    again, _ = scene.plan_transit(goal, None, 0.01, 20000, seed=3)
+    np.testing.assert_array_equal(way, again)
+
+
+@pytest.mark.sim
+def test_a_goal_inside_the_table_is_refused_with_a_reason(lift_scene):
+    scene = lift_scene
+    goal = scene.eef_pose()
+    goal[:3, 3] = scene.object_pose("cube")[:3, 3] - [0.0, 0.0, 0.1]  # under the table top
+    way, why = scene.plan_transit(goal, None, 0.01, 2000, seed=0)
+    assert way is None
+    assert "collision" in why or "reach" in why
