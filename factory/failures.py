@@ -113,7 +113,8 @@ def render_failures(dataset_dir: Path, info: dict, out_path: Path, count: int) -
     from factory.physics import recorded_physics
     from factory.render import FrameRenderer
     from factory.sim import Scene
-    from factory.spec import CameraSpec, SceneSpec
+    from factory.spec import CameraSpec, load_stored_spec
+    from shards import DATASET_INFO_FILENAME
 
     failures = load_failures(dataset_dir, count)
     if not failures:
@@ -121,7 +122,7 @@ def render_failures(dataset_dir: Path, info: dict, out_path: Path, count: int) -
             f"{dataset_dir}: no failed attempt was kept ({FAILURES_DIRNAME}/ is empty or absent): "
             "every attempt succeeded, or the dataset was made before failures were kept"
         )
-    spec = SceneSpec.model_validate(info["spec"])
+    spec = load_stored_spec(info, dataset_dir / DATASET_INFO_FILENAME)
     scene = Scene(spec)
     camera = (
         spec.cameras[0] if spec.cameras else CameraSpec(name="agentview", width=TILE, height=TILE)

@@ -15,12 +15,15 @@ afterwards by `factory.resolve.resolve_spec`, with equally clear messages.
       - {object: cubeB}
     ...
 
+`load_stored_spec(info, where)` validates the copy a dataset keeps in its dataset_info.json
+the same way (a full model_dump, defaults written out: it must load back).
+
 A spec may start with `extends: other.yaml` and state only what differs (`load_raw_spec`
 merges it over its parent first). The sections (`TaskSpec`, `GenerationSpec`, ...) live in
 `factory.spec_sections`, with a description on every field (`factory spec-help`), and are
 importable from here; `SceneSpec` and the loader are this module.
 
-Length (~510 lines): `SceneSpec`'s cross-field checks (objects against subtasks, placement,
+Length (~570 lines): `SceneSpec`'s cross-field checks (objects against subtasks, placement,
 symmetry, script, scene) and the loader that reports them with YAML paths are one contract;
 the sections themselves are already split out.
 """
@@ -342,6 +345,22 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
     return spec
 
 
+def load_stored_spec(info: dict, where: str | Path) -> SceneSpec:
+    """The spec a dataset was made from, as its dataset_info.json (`where`) stores it: `spec`, a
+    full `model_dump(mode="json")` (`factory.run.dataset_info`), validated again; SpecError
+    naming `where` and the field (``spec.script.waypoints[1]``) otherwise.
+
+    The spec file is not stored: relative paths in it (seed demos, meshes) resolve against the
+    working directory (`SceneSpec.resolve_path`)."""
+    stored = info.get("spec")
+    if not isinstance(stored, dict):
+        raise SpecError(where, "spec", f"expected the spec as a JSON object, got {stored!r}")
+    try:
+        return SceneSpec.model_validate(stored)
+    except ValidationError as err:
+        raise SpecError(where, *_describe(err, prefix="spec.")) from None
+
+
 def load_raw_spec(path: str | Path) -> dict:
     """The spec file's YAML mapping with `extends:` resolved, not yet validated.
 
@@ -487,11 +506,17 @@ def _set_dotted(raw: dict, dotted: str, value) -> None:
     node[leaf] = value
 
 
-def _describe(err: ValidationError) -> tuple[str, str]:
-    """All of pydantic's errors as (field paths, messages), each naming what was expected."""
+def _describe(err: ValidationError, prefix: str = "") -> tuple[str, str]:
+    """All of pydantic's errors as (field paths, each after `prefix`, messages), each naming
+    what was expected."""
     described = [_describe_one(item) for item in err.errors(include_url=False)]
+    if prefix:  # the spec inside another document (dataset_info.json's `spec`)
+        described = [
+            (prefix.rstrip(".") if f == "(top level)" else prefix + f, m) for f, m in described
+        ]
     # The scene: section fills task.env and objects: its own errors first (stable otherwise).
-    described.sort(key=lambda pair: not (pair[0] == "scene" or pair[0].startswith("scene.")))
+    scene = f"{prefix}scene"
+    described.sort(key=lambda pair: not (pair[0] == scene or pair[0].startswith(f"{scene}.")))
     (field, message), rest = described[0], described[1:]
     if not rest:
         return field, message

@@ -587,7 +587,13 @@ class WaypointSpec(_Strict):
 
     @model_validator(mode="after")
     def _frame_needed(self) -> WaypointSpec:
-        framed = {"rot", "turn", "orientation"} & self.model_fields_set
+        # Values, not `model_fields_set`: a stored spec (dataset_info.json's `spec`, a full
+        # model_dump) writes every default, and must validate again; a default has no effect.
+        framed = {
+            name
+            for name in ("rot", "turn", "orientation")
+            if getattr(self, name) != type(self).model_fields[name].default
+        }
         if self.relative_to is None and framed:
             raise ValueError(
                 f"{', '.join(sorted(framed))} need relative_to (without it the previous "

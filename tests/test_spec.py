@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from factory.errors import SpecError, UserError
-from factory.spec import SceneSpec, load_raw_spec, load_spec
+from factory.run import dataset_info
+from factory.spec import SceneSpec, load_raw_spec, load_spec, load_stored_spec
+from shards import DATASET_INFO_FILENAME, load_dataset_info, save_dataset_info
 
 SPECS = Path(__file__).parents[1] / "scene_specs"
 
@@ -328,3 +330,46 @@ def test_fingerprint_ignores_attempts_and_output_dir(tmp_path):
     assert _spec(tmp_path, moved, "c.yaml").fingerprint() == base
     assert load_spec(tmp_path / "a.yaml", {"generation.attempts": 7}).fingerprint() == base
     assert load_spec(tmp_path / "a.yaml", {"seed": 7}).fingerprint() != base
+
+
+# --- the spec a dataset stores: dataset_info.json's copy loads back ---------------------------
+
+# Every shipped scene spec, subfolders and `extends:` included; scene_specs/physics/ holds the
+# --eval-physics shift files, which are not scene specs.
+SHIPPED = sorted(p for p in SPECS.rglob("*.yaml") if SPECS / "physics" not in p.parents)
+
+
+def _stored(tmp_path: Path, spec: SceneSpec) -> dict:
+    """`spec` written as `factory run` writes it and read back as readers read it."""
+    save_dataset_info(tmp_path, dataset_info(spec, state_size=32))
+    return load_dataset_info(tmp_path)
+
+
+def test_every_shipped_spec_is_round_tripped():
+    names = {str(p.relative_to(SPECS).with_suffix("")) for p in SHIPPED}
+    assert {"lift", "pick_place", "door", "mug_coaster", "mixed/lift_mixed"} <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(SPECS).with_suffix("")))
+def test_a_stored_spec_loads_back_equal(tmp_path, path):
+    # preview --failures rebuilds the scene from the stored spec; resume compares fingerprints.
+    spec = load_spec(path)
+    info = _stored(tmp_path, spec)
+    back = load_stored_spec(info, tmp_path / DATASET_INFO_FILENAME)
+    assert back.model_dump(mode="json") == spec.model_dump(mode="json")
+    assert back.fingerprint() == info["spec_fingerprint"] == spec.fingerprint()
+
+
+def test_a_bad_stored_spec_names_the_file_and_field(tmp_path):
+    info = _stored(tmp_path, load_spec(SPECS / "pick_place.yaml"))
+    where = tmp_path / DATASET_INFO_FILENAME
+    for i in (1, 3):  # waypoints without relative_to: no frame to turn in
+        info["spec"]["script"]["waypoints"][i]["rot"] = [0, 0, 1]
+    with pytest.raises(SpecError) as err:
+        load_stored_spec(info, where)
+    assert err.value.where == str(where)
+    assert err.value.field == "spec.script.waypoints[1]"
+    assert err.value.message.startswith("rot need relative_to")
+    assert "(and 1 more: spec.script.waypoints[3]: rot need relative_to" in err.value.message
+    with pytest.raises(SpecError, match="spec: expected the spec as a JSON object"):
+        load_stored_spec({}, where)
