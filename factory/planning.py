@@ -33,6 +33,7 @@ PENETRATION = 1e-3  # metres: resting contact is not a collision, deeper than th
 CLEARANCES = (0.02, 0.0)
 IK_TOLERANCE = (2e-3, 2e-2)  # metres, radians: a goal farther off than this is unreachable
 RETREAT = (0.02, 0.04, 0.06, 0.08)  # metres straight up, tried in turn when the start touches
+GOAL_RISE = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06)  # metres, tried in turn (_free_goal)
 RESOLUTION = 0.02  # radians: the joint-space step at which a path is checked
 ANGLE_WEIGHT = 0.05  # metres per radian: how far a turn of the hand counts, for timing
 
@@ -254,17 +255,38 @@ class TransitPlanner:
                     break
             else:
                 return None, "the start touches the scene and no retreat up is free"
-        q_goal = self.ik(goal, q0)
+        q_goal, goal = self._free_goal(goal, q0, held_body is not None)
         if q_goal is None:
-            return None, "the goal is out of the arm's reach (no IK solution)"
-        if not self.free(q_goal):
-            return None, "the goal is in collision"
+            return None, goal
         path = self.joint_path(q0, q_goal, checks, seed)
         if path is None:
             return None, f"no collision-free path found in {checks} collision checks"
         if prefix:
             path = np.concatenate([np.stack(prefix), path])
         return self.timed_poses(path, speed), ""
+
+    def _free_goal(self, goal: np.ndarray, q0: np.ndarray, holding: bool):
+        """(arm joints at a collision-free goal, that goal), or (None, why).
+
+        An object in the hand may not fit where the person held it: the 2020 PickPlace demo's
+        cereal box is taller in today's model, and over the bin, where the person let go, it
+        sinks into the floor. Holding something, a goal in collision rises by GOAL_RISE steps
+        (the generator raises the rest of the skill window as far).
+        """
+        rises = GOAL_RISE if holding else (0.0,)
+        reached = False
+        for rise in rises:
+            target = goal.copy()
+            target[2, 3] += rise
+            q = self.ik(target, q0)
+            if q is None:
+                continue
+            reached = True
+            if self.free(q):
+                return q, target
+        if not reached:
+            return None, "the goal is out of the arm's reach (no IK solution)"
+        return None, "the goal is in collision"
 
     def timed_poses(self, path: np.ndarray, speed: float) -> np.ndarray:
         """Grip-site poses along a joint path, one per control step, timed by ruckig."""

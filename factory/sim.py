@@ -29,6 +29,7 @@ from generators.predicates import Predicate, parse_predicate
 from generators.scene_api import ACTION_LAYOUT, PROPRIO_LAYOUT, Placement  # noqa: F401
 
 GRASP_MARGIN = 0.003  # metres between each finger pad and the object for `grasped`
+GRASP_ROOM = 0.01  # metres the open hand must clear an object by to close on it (grasp_correction)
 
 
 # robosuite logs a page of warnings at import and per env (no private macro file, unused
@@ -134,6 +135,14 @@ class Scene:
         ]
         self._start_z: dict[str, float] = {}
         self._hand_geoms: frozenset[int] | None = None
+        self._closing: tuple[float | None, np.ndarray] | None = None  # see _closing_geometry
+        self._fingers = [
+            {
+                mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, g)
+                for g in self._gripper.important_geoms.get(group, [])
+            }
+            for group in ("left_finger", "right_finger")
+        ]
         self._planner = None  # factory.planning.TransitPlanner, built at the first planned transit
         self._start_q: dict[
             str, float
@@ -306,8 +315,49 @@ class Scene:
             else:
                 self._move_fixture(self._root(self.bodies[name]), dx, dy, dyaw)
         mujoco.mj_forward(self.model, self.data)
+        self._depenetrate()
         self._settle()
         self.mark_start()
+
+    def _depenetrate(self, rounds: int = 30, depth: float = 1e-3) -> None:
+        """Move the spec's free objects out of each other and out of fixtures, along the contact
+        normals, before physics runs.
+
+        A demo recorded with another robosuite has other object meshes: the 2020 PickPlace demo's
+        first state sinks the cereal box 4.5 cm into the bin and 1.6 cm into the milk carton, and
+        physics resolving that in one step throws the carton off the table. A placement offset
+        can overlap two objects the same way. Contacts shallower than `depth` (resting) stay.
+        """
+        named = {b for b in self.free_bodies if b in set(self.bodies.values())}
+        if not named:
+            return
+        adr = {b: int(self.model.jnt_qposadr[self.model.body_jntadr[b]]) for b in named}
+        for _ in range(rounds):
+            moved = False
+            contact = self.data.contact
+            shifts: dict[int, np.ndarray] = {}
+            for k in range(self.data.ncon):
+                dist = float(contact.dist[k])
+                if dist >= -depth:
+                    continue
+                b1 = int(self.model.geom_bodyid[contact.geom1[k]])
+                b2 = int(self.model.geom_bodyid[contact.geom2[k]])
+                free1, free2 = b1 in named, b2 in named
+                if not (free1 or free2) or self._robot_body(b1) or self._robot_body(b2):
+                    continue
+                normal = np.array(contact.frame[k][:3])  # from geom1 towards geom2
+                share = 0.5 if free1 and free2 else 1.0
+                push = normal * (-dist) * share
+                if free2:
+                    shifts[b2] = shifts.get(b2, np.zeros(3)) + push
+                if free1:
+                    shifts[b1] = shifts.get(b1, np.zeros(3)) - push
+            for body, shift in shifts.items():
+                self.data.qpos[adr[body] : adr[body] + 3] += shift
+                moved = True
+            if not moved:
+                return
+            mujoco.mj_forward(self.model, self.data)
 
     def _settle(self, max_substeps: int = 250, speed: float = 1e-3) -> None:
         """Let free objects come to rest under physics while the robot is held where it is.
@@ -430,6 +480,81 @@ class Scene:
             self._planner.home = np.asarray(robot.init_qpos, dtype=np.float64)
         body = self.bodies[held] if held is not None else None
         return self._planner.plan(self.data, goal, body, speed, checks, seed)
+
+    def grasp_correction(self, obj: str, rel: np.ndarray) -> np.ndarray:
+        """[4, 4] a turn about the object's z axis that makes a recorded grasp fit the object as
+        modelled now (identity when it already fits, or when this hand is not a parallel gripper).
+
+        rel: [4, 4] the grip site in the object's frame at the demo's grasp. The grasp fits when
+        the object's collision box nearest the grip site, measured along the fingers' closing
+        axis, is narrower than the hand opens: a demo recorded with another robosuite's object
+        (the 2020 PickPlace demo closes across a cereal box that is 10 cm wide today, the
+        gripper opens 8 cm) would push the object away instead. A quarter turn that fits is
+        taken; none fitting, the grasp is left as recorded.
+        """
+        opening, axis = self._closing_geometry()
+        if opening is None:
+            return np.eye(4)
+        boxes = self._local_boxes(obj)
+        if not boxes:
+            return np.eye(4)
+        point = rel[:3, 3]
+        lo, hi = min(boxes, key=lambda b: float(np.linalg.norm(np.clip(point, b[0], b[1]) - point)))
+        extent = hi - lo
+        closing = rel[:3, :3] @ axis  # the closing axis in the object's frame
+        correction = np.eye(4)
+        for turn in (0.0, np.pi / 2, -np.pi / 2):
+            c, s_ = np.cos(turn), np.sin(turn)
+            rot = np.array([[c, -s_, 0.0], [s_, c, 0.0], [0.0, 0.0, 1.0]])
+            # The grasp turned by `turn` closes along rot @ closing; the box is what it closes on.
+            width = float(np.abs(rot @ closing) @ extent)
+            if width < opening - GRASP_ROOM:
+                correction[:3, :3] = rot
+                break
+        # From above, the fingers reach `depth` below the palm: a grip site deeper under the
+        # box's top than that puts the palm into the object; the grasp rises to fit.
+        approach = rel[:3, :3] @ np.array([0.0, 0.0, 1.0])
+        if approach[2] < -0.7:
+            lift = (hi[2] - point[2]) - self._finger_depth() + GRASP_ROOM
+            if lift > 0:
+                correction[2, 3] = lift
+        return correction
+
+    def _finger_depth(self) -> float:
+        """Metres the fingers reach from the palm to the grip site (along the site's z axis)."""
+        site_pos = self.data.site_xpos[self._eef_site]
+        site_rot = self.data.site_xmat[self._eef_site].reshape(3, 3)
+        lowest = 0.0
+        for pads in self._fingers:
+            for g in pads:
+                rot = self.data.geom_xmat[g].reshape(3, 3)
+                centre = self.data.geom_xpos[g] + rot @ self.model.geom_aabb[g][:3]
+                half = np.abs(rot) @ self.model.geom_aabb[g][3:]
+                for corner in np.array(np.meshgrid(*zip(-half, half, strict=True))).T.reshape(
+                    -1, 3
+                ):
+                    lowest = min(lowest, float((site_rot.T @ (centre + corner - site_pos))[2]))
+        return -lowest
+
+    def _closing_geometry(self) -> tuple[float | None, np.ndarray]:
+        """(how far the finger pads open at most, m; their closing axis in the grip site's
+        frame), or (None, _) for a hand whose fingers do not slide (measured on the model)."""
+        if self._closing is None:
+            joints = [
+                int(np.flatnonzero(self.model.jnt_qposadr == a)[0]) for a in self._gripper_qpos
+            ]
+            slides = all(self.model.jnt_type[j] == mujoco.mjtJoint.mjJNT_SLIDE for j in joints)
+            if not slides or len(joints) != 2:
+                self._closing = (None, np.zeros(3))
+            else:
+                opening = float(sum(np.abs(self.model.jnt_range[j]).max() for j in joints))
+                left, right = (
+                    np.mean([self.data.geom_xpos[g] for g in pads], axis=0) for pads in self._pads
+                )
+                site = self.data.site_xmat[self._eef_site].reshape(3, 3)
+                axis = site.T @ (left - right)
+                self._closing = (opening, axis / max(np.linalg.norm(axis), 1e-9))
+        return self._closing
 
     @property
     def hand_geoms(self) -> frozenset[int]:

@@ -354,6 +354,13 @@ class GenerationSpec(_Strict):
         description="Collision checks one planned transit may spend at most, for transit: plan "
         "(then the direct bridge); a count, not seconds, so a retried shard plans alike.",
     )
+    grasp_approach: Literal["straight", "replay"] = Field(
+        "straight",
+        description="For transit: plan, a subtask that ends grasping its reference object: "
+        "straight approaches the pose where the person closed the hand along the hand's own "
+        "axis (from subtasks[].skill.margin away), then replays the closing; replay replays "
+        "the person's whole skill window (their slide into the grasp included).",
+    )
     trim_pauses: StrictBool = Field(
         True,
         description="For transit: plan: steps of a skill window where the person paused (hand, "

@@ -39,6 +39,7 @@ from generators.poses import (
 )
 from generators.predicates import parse_predicate
 from generators.records import AnnotatedDemo, Attempt
+from generators.skills import last_sign_change, straight_approach
 from generators.scene_api import ACTION_DIM, PROPRIO_DIM, Placement, Scene
 
 
@@ -302,15 +303,30 @@ class _Rollout:
             if gen.start_from == "last_target" and self.last_target is not None
             else self.scene.eef_pose()
         )
-        src_obj = source.object_poses[obj][reference_step(self.params, source, position, start)]
+        ref = reference_step(self.params, source, position, start)
+        src_obj = source.object_poses[obj][ref]
+        if planned and ref != start:  # a grasp of the reference object: fit it to the object
+            turn = self.scene.grasp_correction(obj, np.linalg.inv(src_obj) @ source.eef_poses[ref])
+            if not np.array_equal(turn, np.eye(4)):
+                # Re-targeting from src_obj @ inv(turn) puts every target turned about the object.
+                src_obj = src_obj @ np.linalg.inv(turn)
+                self.provenance.setdefault("refitted_grasps", []).append(index)
+        # Of an object's symmetric frames, the one needing the least wrist turn: from the hand
+        # now for a bridge; for a planned transit, from the person's own wrist at the window's
+        # start (a pose the arm is known to reach; the hand now may be anywhere).
         frame = symmetric_frame(
             self.scene.object_pose(obj),
             src_obj,
             source.eef_poses[start],
-            origin,
+            source.eef_poses[start] if planned else origin,
             self.params.symmetry.get(obj, 1),
         )
         targets = transform_segment(source.eef_poses[steps_replayed], src_obj, frame)
+        grip = source.gripper[steps_replayed]
+        if planned and ref != start and gen.grasp_approach == "straight":
+            targets, grip = self._straight_grasp(
+                source, index, steps_replayed, (start, ref), targets, grip
+            )
         held, offset = self._grip(source, start, position, obj)
         if gen.held_object_correction and held is not None:
             self.provenance.setdefault("held_offsets", []).append(
@@ -319,6 +335,13 @@ class _Rollout:
             targets = shift_in_hand(targets, offset)
         if planned:
             way = self._planned_way(origin, targets[0], position, obj, index)
+            rise = float(way[-1][2, 3] - targets[0][2, 3])
+            if rise > 1e-9:  # what the hand holds did not fit at the window's start: all rise
+                targets = targets.copy()
+                targets[:, 2, 3] += rise
+                self.provenance.setdefault("raised_windows", []).append(
+                    {"subtask": index, "metres": round(rise, 4)}
+                )
         elif gen.transit == "over" and position > 0:
             way = transit_over(origin, targets[0], gen.transit_clearance, gen.transit_speed)
         else:
@@ -328,7 +351,6 @@ class _Rollout:
         if len(self.rec) + steps > self.params.horizon:
             needed = len(self.rec) + steps
             return f"horizon: {needed} steps needed, task.horizon is {self.params.horizon}"
-        grip = source.gripper[steps_replayed]
         noise = gen.action_noise if gen.noise_during_interpolation else 0.0
         before = {name: self.scene.object_pose(name) for name in self.params.objects}
         exempt = {obj, *(name for name, pred in self.held.items() if self.scene.holds(pred))}
@@ -349,6 +371,24 @@ class _Rollout:
         if not np.isfinite(self.scene.get_state()).all():
             return f"simulator unstable in subtask {index}"
         return ""
+
+    def _straight_grasp(self, source, index, steps_replayed, span, targets, grip):
+        """The grasp's targets from where the person closed the hand on (in `span`, the window's
+        start to the grasp), after a straight approach along the hand's axis to that pose, as
+        far as the subtask's skill margin (gripper as it was before closing)."""
+        close = last_sign_change(source.gripper, *span)
+        if close is None:
+            return targets, grip
+        keep = steps_replayed >= close
+        if not keep.any() or keep.all():
+            return targets, grip
+        margin = self.params.subtasks[index].skill_margin
+        approach = straight_approach(targets[keep][0], margin, APPROACH_SPEED)
+        opened = np.full(len(approach), source.gripper[close - 1])
+        return (
+            np.concatenate([approach, targets[keep]]),
+            np.concatenate([opened, grip[keep]]),
+        )
 
     def _planned_way(
         self, origin: np.ndarray, goal: np.ndarray, position: int, obj: str, index: int
@@ -465,6 +505,7 @@ class _Rollout:
 
 REACHED, REACH_STEPS = 0.005, 20  # metres, control steps: see _Rollout._reach
 NEAR = 0.01  # metres: a planned transit's goal this close to the hand needs no planning
+APPROACH_SPEED = 0.005  # metres a control step of a straight grasp approach (0.1 m/s)
 # Metres: a held object further than this from where the source's sat in its hand is not held
 # the same way (another face, or not yet in the source at that step): no correction.
 MAX_HELD_OFFSET = 0.04

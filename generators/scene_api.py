@@ -90,6 +90,10 @@ class Scene(Protocol):
     def holds(self, predicate: Predicate | str) -> bool:
         """Evaluate a predicate (`generators.predicates`) on the current state."""
 
+    def grasp_correction(self, obj: str, rel: np.ndarray) -> np.ndarray:
+        """[4, 4] a turn about `obj`'s z axis that makes a recorded grasp (the grip site in the
+        object's frame, [4, 4]) fit the object as modelled now; identity when it fits."""
+
     def plan_transit(
         self, goal: np.ndarray, held: str | None, speed: float, checks: int, seed: int
     ) -> tuple[np.ndarray | None, str]:

@@ -106,3 +106,22 @@ def paused_steps(
         run = run + 1 if still[t] else 0
         drop[t] = run > keep
     return drop
+
+
+def last_sign_change(gripper: np.ndarray, start: int, stop: int) -> int | None:
+    """The last step in (start, stop] whose gripper command's sign differs from the step
+    before (the person closing the hand for the grasp), or None."""
+    sign = np.sign(np.asarray(gripper[start : stop + 1], dtype=np.float64))
+    changes = np.flatnonzero(sign[1:] != sign[:-1])
+    return start + 1 + int(changes[-1]) if changes.size else None
+
+
+def straight_approach(pose: np.ndarray, distance: float, speed: float) -> np.ndarray:
+    """[K, 4, 4] poses along the hand's own z axis (palm to fingertips) from `distance` m short
+    of `pose` up to just before it, `speed` m a step: a grasp approached the way a gripper
+    is made to, not the person's slide into it. `pose` itself is not included."""
+    steps = max(1, int(np.ceil(distance / speed)))
+    poses = np.repeat(np.asarray(pose, dtype=np.float64)[None], steps, axis=0)
+    back = np.linspace(distance, distance / steps, steps)
+    poses[:, :3, 3] = pose[:3, 3] - back[:, None] * pose[:3, 2]
+    return poses

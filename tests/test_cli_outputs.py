@@ -86,8 +86,16 @@ def test_annotate_text_lists_each_demo_and_its_contiguous_segments(capsys):
             re.fullmatch(
                 r"  subtask (\d)  cube\s+steps\s+(\d+) \.\. (\d+)\s+ends: (.*)", lines[i + k]
             ).groups()
-            for k in (1, 2)
+            for k in (1, 3)
         ]
+        # Under each segment, its skill window: inside the segment, ending where it ends.
+        for k, (_, seg_start, seg_end, _) in zip((2, 4), segments, strict=True):
+            window = re.fullmatch(
+                r"      skill window\s+(\d+) \.\. (\d+)\s+\((.*); (\d+) paused steps dropped\)",
+                lines[i + k],
+            )
+            assert window, lines[i + k]
+            assert int(seg_start) <= int(window.group(1)) < int(window.group(2)) == int(seg_end)
         (g, g_start, g_end, g_why), (s, s_start, s_end, s_why) = segments
         assert (g, s) == ("0", "1")
         assert int(g_start) == 0 < int(g_end) == int(s_start) < int(s_end) == length
@@ -95,7 +103,7 @@ def test_annotate_text_lists_each_demo_and_its_contiguous_segments(capsys):
         done = re.fullmatch(r"the task is done \(success from step (\d+)\), then 15 steps", s_why)
         assert done and min(length, int(done.group(1)) + 15) == length, s_why
     assert lengths == [226, 1143, 285, 296]
-    assert len(lines) == 3 * len(headers)
+    assert len(lines) == 5 * len(headers)
 
 
 # --- the progress line --------------------------------------------------------------------------
