@@ -14,6 +14,11 @@ How a demo is cut (`segment_demo`), for people who do things in their own order:
     3. A subtask ends at the LAST time its predicate happens before the next subtask ends:
        a person who drops the cube and grasps it again ends the grasp at the second grasp,
        so the carry that follows starts with the cube in hand.
+    4. A subtask that ends on `grasped(X)` whose grasp never happens in a demo, where the hand
+       does touch X for MIN_RUN steps, ends on `touching(hand, X)` instead (`grasp_fallbacks`):
+       a person opens a door by pressing the lever with an open hand. The reason says so, and
+       `AnnotatedDemo.ended_by` records it, so that generation replays the segment as recorded
+       (gripper open) and treats nothing in it as held.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 
 from factory.errors import SpecError, UserError
 from factory.fixtures import infer_fixture_poses
-from factory.predicates import Predicate, parse_predicate
+from factory.predicates import HAND, Predicate, parse_predicate
 from factory.records import AnnotatedDemo, SeedDemo
 from factory.sim import Scene
 from factory.spec_sections import SkillSpec
@@ -71,7 +76,8 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
         touch[t] = hand_contacts(scene, [s.object for s in spec.subtasks])
         fingers[t] = scene.data.qpos[scene._gripper_qpos]
     scene.gripper_closed = None
-    labels = [str(p) for p in predicates]
+    ended_by = grasp_fallbacks(scene, demo, predicates, holds)
+    labels = [text or str(p) for text, p in zip(ended_by, predicates, strict=True)]
     try:
         order, ends, reasons = segment_demo(demo, holds, labels, finishing_index(spec.subtasks))
     except UserError as err:
@@ -81,6 +87,10 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
                 f"the spec's env is {spec.task.env})"
             ) from None
         raise
+    reasons = tuple(
+        f"{p} never holds: the hand pushes it; ends where {reason}" if text else reason
+        for text, p, reason in zip(ended_by, predicates, reasons, strict=True)
+    )
     involved = [
         {scene.bodies[o] for o in (s.object, *predicates[i].all_objects())}
         for i, s in enumerate(spec.subtasks)
@@ -105,7 +115,33 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
         skill_starts=skills,
         skill_reasons=skill_reasons,
         paused=paused,
+        ended_by=ended_by if any(ended_by) else (),
     )
+
+
+def grasp_fallbacks(
+    scene: Scene, demo: SeedDemo, predicates: Sequence[Predicate], holds: np.ndarray
+) -> tuple[str, ...]:
+    """Per subtask: `touching(hand, X)` where its `grasped(X)` never happens in this demo and
+    that contact does (then `holds` takes the contact's column, in place), else "".
+
+    A grasp needs a closed hand; a person who presses a door's lever with the open hand and
+    drags the door by friction never closes it, and refusing the demo would refuse what they
+    did. The demo's states are replayed again only for such subtasks (the poses as set).
+    """
+    ended_by = [""] * len(predicates)
+    for index, predicate in enumerate(predicates):
+        if predicate.name != "grasped" or run_starts(holds[:, index]).size:
+            continue
+        fallback = parse_predicate(f"touching({HAND}, {predicate.objects[0]})")
+        touching = np.zeros(demo.length, dtype=bool)
+        for t, state in enumerate(demo.states):
+            scene.set_state(state)
+            touching[t] = scene.holds(fallback)
+        if run_starts(touching).size:
+            holds[:, index] = touching
+            ended_by[index] = str(fallback)
+    return tuple(ended_by)
 
 
 def hand_contacts(scene: Scene, names: Sequence[str]) -> list[bool]:
@@ -113,7 +149,7 @@ def hand_contacts(scene: Scene, names: Sequence[str]) -> list[bool]:
     n = scene.data.ncon
     g1 = scene.data.contact.geom1[:n].tolist()
     g2 = scene.data.contact.geom2[:n].tolist()
-    hand = scene.hand_geoms
+    hand = scene.hand_geoms()
     geoms = {name: scene._geoms[name] for name in set(names)}
     touched = {b for a, b in zip(g1, g2, strict=True) if a in hand}
     touched |= {a for a, b in zip(g1, g2, strict=True) if b in hand}

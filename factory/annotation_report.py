@@ -75,6 +75,8 @@ def format_rows(label: str, length: int, rows: list[dict]) -> str:
 def plot_timeline(spec: SceneSpec, demo: AnnotatedDemo, path: Path) -> Path:
     """A PNG: per subtask predicate, where it holds; the gripper command; the segments as cut."""
     labels = [str(p) for p in subtask_predicates(spec.subtasks)]
+    for i, used in enumerate(demo.ended_by):  # a grasp this demo never made: what ended it
+        labels[i] = f"{labels[i]} -> {used}" if used else labels[i]
     holds = (
         demo.holds if demo.holds is not None else np.zeros((demo.demo.length, len(labels)), bool)
     )

@@ -4,11 +4,23 @@ robosuite re-draws some fixtures' poses at every reset (Door's door: a centimetr
 radian) and keeps them in the model, not in the MuJoCo state, so a recorded demo's states do not
 tell where its door was. Restored into today's model, the hand would close on air beside the
 handle. The hand tells instead: while the gripper is closed on the fixture and its joints turn,
-the finger pads touch it. `infer_fixture_poses` searches the fixture's pose (x, y, yaw about the
-vertical, around the model's own) that puts the pads on it at those steps:
+the finger pads touch it. A person who never closes the hand (the lever pressed with the open
+hand, the door dragged by friction) still touches it while its joints move: some part of the
+hand (palm, finger, pad) is on its surface. `infer_fixture_poses` searches the fixture's pose
+(x, y, yaw about the vertical, around the model's own) that puts the hand on it at those steps:
 
-    demo steps with the gripper closed while a fixture joint moves (or all closed steps)
+    demo steps with the gripper closed while a fixture joint moves ──► both pads on it, the
+        grip rigid in the part held ("grip")
+    else steps where a fixture joint moves (the open hand moved it) ──► the hand's nearest
+        geom on it, none inside it ("touch")
+    else every closed step ──► as "grip"
     ──► coarse grid (±5 cm, ±0.4 rad) ──► fine grid around the best ──► {root body: pose}
+
+A push pins the pose less than a grip. Measured on door_push's scripted demos with their poses
+removed (5 demos, the door drawn within 2 cm and 0.25 rad): yaw within 0.025 rad (the model's
+own pose: up to 0.23 off), across the lever within 5 mm, but along the lever's axis up to 20 mm:
+a finger on the lever's 3 cm deep top face explains the demo anywhere across it, and the tie-break
+toward the model's own pose decides. A grip pins all three (2-3 mm, Door's grasp demos).
 
 A plain grid rather than `mujoco.minimize`: the objective (a sum of pad-to-surface distances
 capped at a few centimetres) is flat away from the answer and has kinks where the nearest geom
@@ -29,6 +41,8 @@ DISTANCE_CAP = 0.05  # metres: beyond this a pad is simply "not on it"
 COARSE = (np.linspace(-0.05, 0.05, 11), np.linspace(-0.4, 0.4, 17))  # metres, radians
 REFINED = 5  # coarse candidates searched finely
 FINE = (np.linspace(-0.008, 0.008, 9), np.linspace(-0.04, 0.04, 9))
+PRESS_DEPTH = 0.002  # metres a pressing hand sinks into MuJoCo's soft contact (measured: ~1 mm)
+TIE_BREAK = 0.01  # cost per metre (per 10 rad) away from the model's own pose: breaks ties only
 
 
 def infer_fixture_poses(scene, demo: SeedDemo) -> dict[str, list[float]]:
@@ -41,9 +55,9 @@ def infer_fixture_poses(scene, demo: SeedDemo) -> dict[str, list[float]]:
     result = dict(base)
     for name, pose in base.items():
         root = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_BODY, name)
-        steps = _contact_steps(scene, demo, root)
+        steps, grip = _contact_steps(scene, demo, root)
         if len(steps):
-            result[name] = _search(scene, demo, root, np.asarray(pose), steps)
+            result[name] = _search(scene, demo, root, np.asarray(pose), steps, grip)
     scene.set_fixture_poses(result)
     return result
 
@@ -65,36 +79,49 @@ def _ancestor(model: mujoco.MjModel, body: int, root: int) -> bool:
     return False
 
 
-def _contact_steps(scene, demo: SeedDemo, root: int) -> np.ndarray:
-    """Steps where the gripper is closed and, if it ever does, a joint of the fixture moves."""
+def _contact_steps(scene, demo: SeedDemo, root: int) -> tuple[np.ndarray, bool]:
+    """(steps, grip): where the gripper is closed while a joint of the fixture moves (grip), or,
+    when it never is, where a joint moves (the open hand moved it: not grip), or, when no joint
+    moves, every closed step (grip)."""
     model = scene.model
     joints = [j for j in range(model.njnt) if _ancestor(model, int(model.jnt_bodyid[j]), root)]
-    closed = demo.actions[:, -1] > 0
+    closed = demo.actions[:, -1] * scene.gripper_sign > 0
+    chosen, grip = closed, True
     if joints:
         adr = [1 + int(model.jnt_qposadr[j]) for j in joints]
         moving = np.zeros(demo.length, dtype=bool)
         moving[1:] = np.abs(np.diff(demo.states[:, adr], axis=0)).max(axis=1) > 1e-4
         if (closed & moving).any():
-            closed = closed & moving
-    steps = np.flatnonzero(closed)
+            chosen = closed & moving
+        elif moving.any():
+            chosen, grip = moving, False
+    steps = np.flatnonzero(chosen)
     if len(steps) > SAMPLED_STEPS:
         steps = steps[np.linspace(0, len(steps) - 1, SAMPLED_STEPS).astype(int)]
-    return steps
+    return steps, grip
 
 
-def _search(scene, demo: SeedDemo, root: int, pose: np.ndarray, steps: np.ndarray) -> list[float]:
+def _search(
+    scene, demo: SeedDemo, root: int, pose: np.ndarray, steps: np.ndarray, grip: bool
+) -> list[float]:
     geoms = _subtree(scene.model, root)
-    pads = [sorted(p) for p in scene.finger_pads()]
-    site = scene.grip_site
-    held = _held_body(scene, demo, geoms, steps, site)
+    if grip:
+        pads = [sorted(p) for p in scene.finger_pads()]
+        site = scene.grip_site
+        held = _held_body(scene, demo, geoms, steps, site)
+
+        def cost(candidate):
+            return _cost(scene, demo, root, pose, candidate, steps, geoms, pads, held, site)
+    else:
+        hand = sorted(scene.hand_geoms())
+
+        def cost(candidate):
+            return _touch_cost(scene, demo, root, pose, candidate, steps, geoms, hand)
 
     def grid(centre, offsets, yaws):
         for dx, dy, dyaw in itertools.product(offsets, offsets, yaws):
             candidate = (centre[0] + dx, centre[1] + dy, centre[2] + dyaw)
-            yield (
-                _cost(scene, demo, root, pose, candidate, steps, geoms, pads, held, site),
-                candidate,
-            )
+            yield cost(candidate), candidate
 
     coarse = sorted(grid((0.0, 0.0, 0.0), *COARSE))[
         :REFINED
@@ -147,3 +174,26 @@ def _cost(scene, demo, root, pose, candidate, steps, geoms, pads, held: int, sit
                 for a in pad
             )
     return total + len(steps) * float(np.linalg.norm(np.std(in_part, axis=0)))
+
+
+def _touch_cost(scene, demo, root, pose, candidate, steps, geoms, hand) -> float:
+    """The open hand on the fixture's surface at each step: the gap between the nearest hand geom
+    and fixture geom, or its depth past PRESS_DEPTH inside (a hand through the door costs; one
+    pressing a lever sinks a millimetre into MuJoCo's soft contact and does not). No rigidity
+    term as for a grip: a pushing hand slides and rolls on the part."""
+    model, data = scene.model, scene.data
+    moved = _moved(pose, *candidate)
+    model.body_pos[root], model.body_quat[root] = moved[:3], moved[3:]
+    total = 0.0
+    for t in steps:
+        data.qpos[:] = demo.states[t][1 : 1 + model.nq]
+        mujoco.mj_kinematics(model, data)
+        nearest = min(
+            mujoco.mj_geomDistance(model, data, a, g, DISTANCE_CAP, None)
+            for a in hand
+            for g in geoms
+        )
+        total += max(nearest, 0.0) + max(-nearest - PRESS_DEPTH, 0.0)
+    # Contact alone leaves a family of poses (the lever's top is 3 cm deep along its axis, and
+    # the finger anywhere on it explains the demo alike): the one nearest the model's own wins.
+    return total + TIE_BREAK * (abs(candidate[0]) + abs(candidate[1]) + 0.1 * abs(candidate[2]))

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 from generators.predicates import (
     COMBINATORS,
+    HAND,
     PREDICATE_KINDS,
     Predicate,
     PredicateKind,
     parse_predicate,
 )
 
-__all__ = ["COMBINATORS", "PREDICATE_KINDS", "Predicate", "PredicateKind", "parse_predicate"]
+__all__ = [
+    "COMBINATORS",
+    "HAND",
+    "PREDICATE_KINDS",
+    "Predicate",
+    "PredicateKind",
+    "parse_predicate",
+]

@@ -3,8 +3,8 @@
 `Scene` is the only place that touches robosuite internals. Generation runs it
 with cameras off; rendering restores recorded states into the same model.
 
-Length (~630 lines): `Scene` implements `generators.scene_api.Scene` plus the predicates'
-geometry (grasp, contact, cavity, joints) over the same cached model indices; splitting the
+Length (~680 lines): `Scene` implements `generators.scene_api.Scene` plus the predicates'
+geometry (grasp, contact, touch, cavity, joints) over the same cached model indices; splitting the
 class would split those caches across modules. The physics draw's mechanics are in
 `factory.physics`; only its hooks (reset, step, snapshot) are here.
 """
@@ -23,13 +23,16 @@ from factory.errors import SpecError
 from factory.physics import PhysicsDraw, PhysicsTargets, ScenePhysics
 from factory.spec import SceneSpec, TaskSpec
 from generators.poses import make_pose, mat_to_quat
-from generators.predicates import Predicate, parse_predicate
+from generators.predicates import HAND, Predicate, parse_predicate
 
 # The layouts and Placement belong to the generators' scene protocol, which this Scene implements.
 from generators.scene_api import ACTION_LAYOUT, PROPRIO_LAYOUT, Placement  # noqa: F401
 
 GRASP_MARGIN = 0.003  # metres between each finger pad and the object for `grasped`
 GRASP_ROOM = 0.01  # metres the open hand must clear an object by to close on it (grasp_correction)
+# Metres between the two for `touching`: contact, or nearly (a demo state restored in a model a
+# hair off, a fixture pose inferred to the millimetre, leaves a gap where the person touched).
+TOUCH_MARGIN = 0.003
 
 
 # robosuite logs a page of warnings at import and per env (no private macro file, unused
@@ -126,6 +129,10 @@ class Scene:
         self._gripper_qpos = np.asarray(robot._ref_gripper_joint_pos_indexes[robot.arms[0]])
         self.bodies = {name: self._body_id(name, body) for name, body in spec.objects.items()}
         self._geoms = {name: self._collision_geoms(bid) for name, bid in self.bodies.items()}
+        # `hand` in predicates: every collision geom of the gripper (palm, fingers, pads).
+        self._hand = self._collision_geoms_under(
+            mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, self._gripper.root_body)
+        )
         self._pads = [
             {
                 mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, g)
@@ -134,7 +141,6 @@ class Scene:
             for group in ("left_fingerpad", "right_fingerpad")
         ]
         self._start_z: dict[str, float] = {}
-        self._hand_geoms: frozenset[int] | None = None
         self._closing: tuple[float | None, np.ndarray] | None = None  # see _closing_geometry
         self._fingers = [
             {
@@ -239,6 +245,14 @@ class Scene:
         return frozenset(
             int(g) for g in ids if self.model.geom_contype[g] or self.model.geom_conaffinity[g]
         )
+
+    def _collision_geoms_under(self, root: int) -> frozenset[int]:
+        """Collision geoms of `root` and of every body below it."""
+        under = {root}
+        for body in range(root + 1, self.model.nbody):  # MuJoCo numbers a parent before its child
+            if int(self.model.body_parentid[body]) in under:
+                under.add(body)
+        return frozenset(g for b in sorted(under) for g in self._collision_geoms(b))
 
     @property
     def state_size(self) -> int:
@@ -475,7 +489,7 @@ class Scene:
                 robot._ref_joint_vel_indexes,
                 self.grip_site,
                 robot_geoms,
-                self.hand_geoms,
+                self.hand_geoms(),
             )
             self._planner.home = np.asarray(robot.init_qpos, dtype=np.float64)
         body = self.bodies[held] if held is not None else None
@@ -556,24 +570,13 @@ class Scene:
                 self._closing = (opening, axis / max(np.linalg.norm(axis), 1e-9))
         return self._closing
 
-    @property
-    def hand_geoms(self) -> frozenset[int]:
-        """Collision geoms of the gripper (fingers, pads, palm): what touches for the hand."""
-        if self._hand_geoms is None:
-            prefix = self._gripper.naming_prefix
-            bodies = [
-                b
-                for b in range(self.model.nbody)
-                if (mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, b) or "").startswith(
-                    prefix
-                )
-            ]
-            self._hand_geoms = frozenset().union(*(self._collision_geoms(b) for b in bodies))
-        return self._hand_geoms
-
     def finger_pads(self) -> list[set[int]]:
         """Geom ids of the left and right finger pads."""
         return [set(p) for p in self._pads]
+
+    def hand_geoms(self) -> set[int]:
+        """Geom ids of the gripper's collision geoms (`hand` in `touching`)."""
+        return set(self._hand)
 
     def set_fixture_poses(self, poses: Mapping[str, Sequence[float]]) -> None:
         """Put fixtures at `poses` (as `fixture_poses` gives them); unknown bodies are an error."""
@@ -685,6 +688,11 @@ class Scene:
             return self.gripper_closed is not False and self._grasped(p.objects[0])
         if p.name == "contact":
             return bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
+        if p.name == "touching":
+            # By distance, not MuJoCo's contacts alone: parts built into each other (a door and
+            # its handle's shaft) always touch, which contact(), filtering parent and child, hides.
+            a, b = (self._hand if o == HAND else self._geoms[o] for o in p.objects)
+            return bool(self._touching(a) & b) or self._distance(a, b, TOUCH_MARGIN) <= TOUCH_MARGIN
         if p.name == "lifted":
             obj = p.objects[0]
             return (

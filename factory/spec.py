@@ -46,7 +46,7 @@ from pydantic import (
 )
 
 from factory.errors import SpecError
-from factory.predicates import parse_predicate
+from factory.predicates import HAND, PREDICATE_KINDS, parse_predicate
 from factory.scene_spec import SceneSection, fill_from_scene, scene_problem
 from factory.spec_sections import (  # noqa: F401 (re-exported: factory.spec is the public name)
     AdrSpec,
@@ -90,7 +90,9 @@ class SceneSpec(_Strict):
         "this spec file; needed to generate, not to script.",
     )
     objects: dict[str, str] = Field(
-        min_length=1, description="Spec object name -> MuJoCo body name, e.g. cube: cube_main."
+        min_length=1,
+        description="Spec object name -> MuJoCo body name, e.g. cube: cube_main. `hand` is "
+        "reserved (the robot's gripper, as in touching(hand, handle)).",
     )
     symmetry: dict[str, int] = Field(
         {},
@@ -158,6 +160,12 @@ class SceneSpec(_Strict):
     @model_validator(mode="after")
     def _cross_references(self) -> SceneSpec:
         names = ", ".join(self.objects)
+        if HAND in self.objects:
+            raise _FieldError(
+                f"objects.{HAND}",
+                f"{HAND!r} is reserved for the robot's gripper (touching({HAND}, handle)); "
+                "give the object another name",
+            )
         for i, sub in enumerate(self.subtasks):
             if sub.object not in self.objects:
                 raise _FieldError(
@@ -165,12 +173,7 @@ class SceneSpec(_Strict):
                     f"unknown object {sub.object!r} (expected one of: {names})",
                 )
             if sub.ends_when is not None:
-                for obj in sorted(parse_predicate(sub.ends_when).all_objects()):
-                    if obj not in self.objects:
-                        raise _FieldError(
-                            f"subtasks[{i}].ends_when",
-                            f"unknown object {obj!r} (expected one of: {names})",
-                        )
+                _check_predicate_objects(f"subtasks[{i}].ends_when", sub.ends_when, self.objects)
         finishing = [i for i, sub in enumerate(self.subtasks) if sub.ends_when in (None, "success")]
         if len(finishing) > 1:
             raise _FieldError(
@@ -180,11 +183,7 @@ class SceneSpec(_Strict):
                 "e.g. grasped(cubeA)",
             )
         if self.task.success is not None:
-            for obj in sorted(parse_predicate(self.task.success).all_objects()):
-                if obj not in self.objects:
-                    raise _FieldError(
-                        "task.success", f"unknown object {obj!r} (expected one of: {names})"
-                    )
+            _check_predicate_objects("task.success", self.task.success, self.objects)
         for obj, fold in self.symmetry.items():
             if obj not in self.objects:
                 raise _FieldError(f"symmetry.{obj}", f"unknown object (expected one of: {names})")
@@ -324,6 +323,23 @@ class _FieldError(ValueError):
     def __init__(self, field: str, message: str):
         self.field = field
         super().__init__(message)
+
+
+def _check_predicate_objects(field: str, text: str, objects: dict[str, str]) -> None:
+    """Every name in predicate `text` is a spec object (or `hand`, where the predicate takes it).
+
+    The first unknown name, alphabetically, is the error: it lists the valid names, `hand` among
+    them when the predicate naming it could take the gripper (touching).
+    """
+    leaves = list(parse_predicate(text).leaves())
+    unknown = sorted({obj for leaf in leaves for obj in leaf.objects} - {*objects, HAND})
+    if not unknown:
+        return
+    takes_hand = any(
+        PREDICATE_KINDS[leaf.name].hand and unknown[0] in leaf.objects for leaf in leaves
+    )
+    names = [*objects, f"{HAND} (the robot's gripper)"] if takes_hand else list(objects)
+    raise _FieldError(field, f"unknown object {unknown[0]!r} (expected one of: {', '.join(names)})")
 
 
 def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:

@@ -51,6 +51,12 @@ PREDICATE_DOCS: dict[str, tuple[str, str]] = {
     "on_top": ("on_top(a, b)", "`a` rests on `b`: above it, touching it, not held"),
     "near": ("near(a, b, 0.05)", "the centres of `a` and `b` are closer than 0.05 m"),
     "contact": ("contact(a, b)", "any collision geom of `a` touches one of `b`"),
+    "touching": (
+        "touching(hand, handle)",
+        "a collision geom of one is within 3 mm of one of the other (contact, or nearly); either "
+        "may be `hand`, the robot's gripper (palm, fingers, pads): a push or a press, no grasp "
+        "needed",
+    ),
     "inside": (
         "inside(a, bin)",
         "`a`'s centre is in the container's cavity: over its floor (its widest geom), within "
@@ -63,7 +69,7 @@ PREDICATE_DOCS: dict[str, tuple[str, str]] = {
     "opened": (
         "opened(door, 0.3)",
         "the joint moving `door` (its own or its nearest ancestor's hinge or slide) moved 0.3 "
-        "(rad or m) from its start",
+        "(rad or m) from its start, whatever moved it (a grasp, a push)",
     ),
     "joint": ("joint(handle, 0.5, 3.2)", "that joint's position lies in [0.5, 3.2] (rad or m)"),
     "success": ("success", "the task's success (`task.success`, else robosuite's own check)"),

@@ -163,7 +163,8 @@ class SubtaskSpec(_Strict):
         None,
         description="Predicate ending the subtask, e.g. grasped(cubeA) (see the predicate "
         "table). null or success: this subtask finishes the task; it comes last in every demo "
-        "and runs to its end.",
+        "and runs to its end. In a demo where grasped(X) never holds but the hand touches X "
+        "(pressed with an open hand), the subtask ends at touching(hand, X) instead.",
     )
     end_offset: tuple[int, int] = Field(
         (0, 0),

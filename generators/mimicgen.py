@@ -9,8 +9,10 @@ One attempt, for each subtask in the order the chosen source demo did them:
         source's did: another robot's hand, or a grasp a centimetre off)
     ──► bridge from the current pose (or the last target) by interpolation + hold steps
     ──► execute as delta OSC actions (+ Gaussian noise), replaying the source's gripper commands
-    ──► check the subtask's predicate; with retries on, a failed subtask is restored to the
-        state saved at its start and tried again with another segment, offset and noise
+    ──► check the subtask's predicate (the one that ended the source's segment: a demo with
+        no grasp ends `grasped(X)` at `touching(hand, X)`, see `AnnotatedDemo.ended_by`); with
+        retries on, a failed subtask is restored to the state saved at its start and tried
+        again with another segment, offset and noise
 then keep the attempt only if the task's success check holds over its final steps.
 
 Physics only: nothing here renders. Every random draw comes from the attempt's seed.
@@ -224,6 +226,9 @@ class _Rollout:
         self.first, self.order = first, first.order
         self.last_target: np.ndarray | None = None
         self.held = {name: parse_predicate(f"grasped({name})") for name in self.params.objects}
+        # Per subtask (spec index): the predicate that ended the segment executed for it, as its
+        # source demo was cut (the spec's, or a push where the person never grasped).
+        self.ended: dict[int, str | None] = {}
         provenance["order"] = list(first.order)
         provenance["reached"] = []
 
@@ -248,6 +253,7 @@ class _Rollout:
         last = position == len(self.order) - 1
         for attempt in range(self.gen.subtask_retries + 1):
             source = self._source(position, retry=attempt > 0)
+            self.ended[index] = end_predicate(self.params, source, index)
             reason = self._execute_segment(source, position, index, last)
             if reason:
                 return False, reason
@@ -258,8 +264,7 @@ class _Rollout:
                 self.scene.restore(snap)
                 self.rec.truncate(mark)
         if self.gen.subtask_retries:
-            sub = self.params.subtasks[index]
-            what = sub.ends_when or "success"
+            what = self.ended[index] or "success"
             tries = self.gen.subtask_retries + 1
             return False, f"subtask {index} failed: {what} did not hold after {tries} tries"
         return False, ""
@@ -425,14 +430,15 @@ class _Rollout:
         `grasped(X)` says so, or, when it does not, the object the previous subtask ended by
         grasping: the predicate wants both finger pads within a few millimetres of the object,
         and a firm grasp can hold it with one pad 3-8 mm off (measured on Stack, a third of the
-        attempts). `_grip` then checks it sits near where the source held it.
+        attempts). `_grip` then checks it sits near where the source held it. A previous subtask
+        whose source ended it by touching, not grasping, left nothing in the hand.
         """
         held = [n for n, p in self.held.items() if n != obj and self.scene.holds(p)]
         if held:
             return held[0] if len(held) == 1 else None
         if position == 0:
             return None
-        previous = self.params.subtasks[self.order[position - 1]].ends_when
+        previous = self.ended.get(self.order[position - 1])
         if previous is None:
             return None
         predicate = parse_predicate(previous)
@@ -499,7 +505,7 @@ class _Rollout:
     def _check(self, index: int, last: bool) -> bool:
         if last:
             return _held_at_end(self.rec.success, self.gen.success_hold_steps)
-        predicate = self.params.subtasks[index].ends_when
+        predicate = self.ended.get(index, self.params.subtasks[index].ends_when)
         return predicate is None or self.scene.holds(predicate)
 
 
@@ -541,16 +547,24 @@ def reference_step(
 
     MimicGen takes the segment's start. A segment that ends by grasping its own reference object
     takes the moment of the grasp instead: a person often nudges the object on the way in, and
-    the grasp, not the approach, must land where the object is.
+    the grasp, not the approach, must land where the object is. A segment the source ended by
+    touching instead (no grasp in that demo) keeps the start.
     """
     start = source.segment(position)[0] if start is None else start
     index = source.order[position]
     sub = params.subtasks[index]
-    if sub.ends_when is not None:
-        predicate = parse_predicate(sub.ends_when)
+    ended = end_predicate(params, source, index)
+    if ended is not None:
+        predicate = parse_predicate(ended)
         if predicate.name == "grasped" and predicate.objects == (sub.object,):
             return max(start, source.subtask_ends[index] - 1)
     return start
+
+
+def end_predicate(params: MimicGenParams, source: AnnotatedDemo, index: int) -> str | None:
+    """The predicate that ended subtask `index` (spec index) in `source`: the spec's `ends_when`
+    (None: the task's success), or the contact annotation fell back to in a demo with no grasp."""
+    return source.end_predicate(index, params.subtasks[index].ends_when)
 
 
 def _segment_length(demo: AnnotatedDemo, position: int) -> int:

@@ -6,16 +6,23 @@
     on_top(cubeA, cubeB)      a rests on b: a is above b, they touch, a is not held
     near(a, b, 0.05)          the object centres are closer than 0.05 m
     contact(a, b)             any collision geom of a touches one of b
+    touching(hand, handle)    a collision geom of one is within 3 mm of one of the other (or
+                              in contact); either may be `hand`, the robot's gripper (palm, fingers,
+                              pads): a push, a press, a hook, with no grasp
     inside(a, bin)            a's centre is in the container's cavity: above its floor, within
                               its walls
     on_peg(nut, peg, 0.03)    a's centre is within 0.03 m of the peg's axis and below the peg's top
     opened(door, 0.3)         the object's joint has moved at least 0.3 (rad or m) from where
-                              it started
+                              it started: the "joint moved by" predicate (a door swung, a lever
+                              pressed, a drawer pulled), whatever moved it
     joint(handle, 0.5, 3.2)   the object's joint position lies in [0.5, 3.2] (rad or m)
     success                   the task's success check (the spec's `task.success`, else robosuite's)
     all(p, q, ...)            every one of the predicates holds
     any(p, q, ...)            at least one holds
     not(p)                    p does not hold
+
+`hand` is a reserved name, not a spec object: only `touching` takes it, and a spec may not name
+an object `hand`.
 
 Parsing is pure; evaluation belongs to the scene (`generators.scene_api.Scene.holds`; the
 robosuite one is `factory.sim.Scene`), which owns the simulator.
@@ -28,12 +35,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+HAND = "hand"  # the robot's gripper, as an argument of `touching`
+
 
 @dataclass(frozen=True)
 class PredicateKind:
     objects: int  # how many object arguments
     params: tuple[tuple[str, float], ...]  # (name, default) of numeric arguments, in order
     required: int = 0  # how many of the numeric arguments must be given (no default used)
+    hand: bool = False  # whether an object argument may be HAND, the robot's gripper
 
 
 PREDICATE_KINDS: dict[str, PredicateKind] = {
@@ -42,6 +52,7 @@ PREDICATE_KINDS: dict[str, PredicateKind] = {
     "on_top": PredicateKind(2, ()),
     "near": PredicateKind(2, (("distance", 0.05),)),
     "contact": PredicateKind(2, ()),
+    "touching": PredicateKind(2, (), hand=True),
     "inside": PredicateKind(2, ()),
     "on_peg": PredicateKind(2, (("radius", 0.03),)),
     "opened": PredicateKind(1, (("amount", 0.3),)),
@@ -82,8 +93,9 @@ class Predicate:
             yield self
 
     def all_objects(self) -> set[str]:
-        """Every object name this predicate refers to, compositions included."""
-        return {obj for leaf in self.leaves() for obj in leaf.objects}
+        """Every spec object name this predicate refers to, compositions included (not HAND:
+        the robot's gripper is no spec object)."""
+        return {obj for leaf in self.leaves() for obj in leaf.objects if obj != HAND}
 
     def mentions(self, kind: str) -> bool:
         return any(leaf.name == kind for leaf in self.leaves())
@@ -116,6 +128,14 @@ def parse_predicate(text: str) -> Predicate:
         raise ValueError(f"{name} takes {usage}, got {text.strip()!r}")
     defaults = [default for _, default in kind.params]
     params = tuple(given + defaults[len(given) :])
+    if HAND in objects and not kind.hand:
+        takers = ", ".join(n for n, k in PREDICATE_KINDS.items() if k.hand)
+        raise ValueError(
+            f"{name} takes {usage}, got {text.strip()!r}: {HAND!r} (the robot's gripper) is an "
+            f"argument of {takers} only, e.g. touching(hand, handle)"
+        )
+    if kind.hand and len(set(objects)) < len(objects):
+        raise ValueError(f"{name} takes two different things, got {text.strip()!r}")
     if name == "joint" and params[0] > params[1]:
         raise ValueError(
             f"joint takes joint(object, low, high) with low <= high, got {text.strip()!r}"
@@ -152,5 +172,6 @@ def _split_top_level(text: str) -> list[str] | None:
 
 def _usage(name: str, kind: PredicateKind) -> str:
     params = [p if i < kind.required else f"{p}={d:g}" for i, (p, d) in enumerate(kind.params)]
-    args = [f"object{i + 1}" for i in range(kind.objects)] + params
+    either = f" or {HAND}" if kind.hand else ""
+    args = [f"object{i + 1}{either}" for i in range(kind.objects)] + params
     return f"{name}({', '.join(args)})" if args else name

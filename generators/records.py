@@ -78,6 +78,11 @@ class AnnotatedDemo:
     skill_starts: tuple[int, ...] = ()
     skill_reasons: tuple[str, ...] = ()
     paused: np.ndarray | None = None  # [T] bool: steps of a pause, dropped from replayed windows
+    # Per subtask (spec index): the predicate that ended its segment in this demo where that is
+    # not the spec's `ends_when`, "" where it is. A person who pressed the handle with an open
+    # hand never grasped it: `grasped(handle)` fell back to `touching(hand, handle)`, and
+    # generation must not treat that segment as a grasp. Empty: every subtask is the spec's.
+    ended_by: tuple[str, ...] = ()
 
     @property
     def start_state(self) -> np.ndarray:
@@ -91,6 +96,11 @@ class AnnotatedDemo:
         if self.skill_starts:
             return max(start, min(self.skill_starts[self.order[position]], end - 1)), end
         return start, end
+
+    def end_predicate(self, index: int, spec_ends_when: str | None) -> str | None:
+        """The predicate that ended subtask `index` (spec index) in this demo: `spec_ends_when`
+        (the spec's), or what annotation fell back to (`ended_by`)."""
+        return (self.ended_by[index] if self.ended_by else "") or spec_ends_when
 
     def segment(self, position: int) -> tuple[int, int]:
         """[start, end) of the `position`-th subtask in this demo's order."""

@@ -263,16 +263,36 @@ def _set_ends_when(index: int, text: str):
             _set_ends_when(0, "all(grasped(cube), near(cube, sphere))"),
             ("subtasks[0].ends_when", "unknown object 'sphere'", "expected one of: cube"),
         ),
+        (
+            _set_ends_when(0, "grasped(hand)"),
+            ("subtasks[0].ends_when", "'hand' (the robot's gripper) is an argument of touching"),
+        ),
     ],
     ids=[
         "joint-predicate-on-a-free-object",
         "subtask-never-ends-in-a-demo",
         "unknown-object-in-a-composition",
+        "the-hand-where-only-touching-takes-it",
     ],
 )
 def test_predicates_that_cannot_work_are_one_line_errors(tmp_path, mutate, fragments):
     spec = write_spec(tmp_path, "lift", mutate=mutate)
     assert_user_error(factory(tmp_path, "validate", spec), *fragments)
+
+
+def test_touching_an_unknown_body_names_the_file_the_field_and_the_names(tmp_path):
+    """A push on a name that is neither a spec object nor the hand: one line, exit 2, before any
+    env is built."""
+
+    def mutate(raw):
+        raw["subtasks"][0]["ends_when"] = "touching(hand, knob)"
+
+    spec = write_spec(tmp_path, "door", mutate=mutate)
+    assert_user_error(
+        factory(tmp_path, "validate", spec),
+        f"{spec}: subtasks[0].ends_when: unknown object 'knob'",
+        "expected one of: handle, door, hand (the robot's gripper)",
+    )
 
 
 def test_a_reader_that_leaves_is_not_an_error():

@@ -166,3 +166,29 @@ def test_a_composition_lists_its_objects_and_leaves():
 def test_bad_compositions_and_joint_ranges_say_what_was_expected(text, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_predicate(text)
+
+
+def test_touching_takes_the_hand_and_spec_objects():
+    parsed = parse_predicate("touching(hand, handle)")
+    assert parsed == Predicate("touching", ("hand", "handle"), ())
+    assert str(parsed) == "touching(hand, handle)"
+    # `hand` is the robot's gripper, not a spec object: the spec checks only the others.
+    assert parsed.all_objects() == {"handle"}
+    assert parse_predicate("all(touching(door, hand), opened(door))").all_objects() == {"door"}
+    assert parse_predicate("touching(cubeA, cubeB)").all_objects() == {"cubeA", "cubeB"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("touching(hand)", "touching takes touching(object1 or hand, object2 or hand)"),
+        ("touching(hand, handle, 0.1)", "touching takes touching(object1 or hand"),
+        ("touching(hand, hand)", "touching takes two different things"),
+        ("grasped(hand)", "'hand' (the robot's gripper) is an argument of touching only"),
+        ("contact(hand, cube)", "'hand' (the robot's gripper) is an argument of touching only"),
+        ("not(opened(hand))", "'hand' (the robot's gripper) is an argument of touching only"),
+    ],
+)
+def test_bad_touching_and_misplaced_hand_say_what_was_expected(text, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_predicate(text)

@@ -112,6 +112,21 @@ def _set(path: str, value):
             "subtasks[0].ends_when",
             "unknown object 'sphere'",
         ),
+        (
+            _set("subtasks.0.ends_when", "touching(hand, sphere)"),
+            "subtasks[0].ends_when",
+            "unknown object 'sphere' (expected one of: cubeA, cubeB, hand (the robot's gripper))",
+        ),
+        (
+            _set("task.success", "all(on_top(cubeA, cubeB), not(touching(sphere, cubeA)))"),
+            "task.success",
+            "unknown object 'sphere' (expected one of: cubeA, cubeB, hand",
+        ),
+        (
+            _set("objects.hand", "cubeA_main"),
+            "objects.hand",
+            "'hand' is reserved for the robot's gripper",
+        ),
         (_set("subtasks.0.end_offset", [3, 1]), "subtasks[0].end_offset", "0 <= lo <= hi"),
         (
             _set("placement.objects.sphere", {"x": [0, 0]}),
