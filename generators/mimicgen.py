@@ -41,8 +41,8 @@ from generators.poses import (
 )
 from generators.predicates import parse_predicate
 from generators.records import AnnotatedDemo, Attempt
-from generators.skills import last_sign_change, straight_approach
 from generators.scene_api import ACTION_DIM, PROPRIO_DIM, Placement, Scene
+from generators.skills import last_sign_change, straight_approach
 
 
 @dataclass(frozen=True)

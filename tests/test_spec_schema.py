@@ -85,7 +85,7 @@ def test_shipped_specs_pass_the_json_schema(path):
 
 
 def test_lookup_and_help_text():
-    assert spec_docs.lookup("generation.transit").allowed == ("direct", "over")
+    assert spec_docs.lookup("generation.transit").allowed == ("direct", "over", "plan")
     text = spec_docs.spec_help("generation")
     for name in SceneSpec.model_fields["generation"].annotation.model_fields:
         assert f"  {name} " in text
