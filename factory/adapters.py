@@ -39,6 +39,10 @@ def placement_params(placement: PlacementSpec) -> PlacementParams:
     )
 
 
+REACH_MARGIN = 0.08  # metres: the default skill margin with an empty hand (SkillSpec.margin)
+CARRY_MARGIN = 0.15  # ... and carrying what the subtask before grasped
+
+
 def generation_params(generation: GenerationSpec) -> GenerationParams:
     """`spec.generation`'s knobs of one attempt (the planning fields stay with the pipeline)."""
     fields = GenerationParams.__dataclass_fields__
@@ -54,7 +58,7 @@ def mimicgen_params(spec: SceneSpec) -> MimicGenParams:
                 sub.object,
                 sub.ends_when,
                 tuple(sub.end_offset),
-                skill_margin=sub.skill.margin if sub.skill else 0.08,
+                skill_margin=sub.skill.margin if sub.skill and sub.skill.margin else REACH_MARGIN,
                 skill_window=tuple(sub.skill.window) if sub.skill and sub.skill.window else None,
             )
             for sub in spec.subtasks

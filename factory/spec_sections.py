@@ -130,12 +130,15 @@ class TaskSpec(_Strict):
 class SkillSpec(_Strict):
     """The skill window of a subtask's segment: the contact-rich part replayed from the demo."""
 
-    margin: float = Field(
-        0.08,
+    margin: float | None = Field(
+        None,
         ge=0.0,
         le=1.0,
         description="Metres: the window opens where the hand last was this far (in the "
-        "reference object's frame) from where it makes contact or works the gripper.",
+        "reference object's frame) from where it makes contact or works the gripper. null: "
+        "0.08 reaching with an empty hand, 0.15 carrying what the subtask before grasped (a "
+        "carried object's arrival is replayed from further out: measured on NutAssembly, 19 "
+        "of 20 against 17).",
     )
     window: tuple[int, int] | None = Field(
         None,
@@ -355,12 +358,14 @@ class GenerationSpec(_Strict):
         description="Collision checks one planned transit may spend at most, for transit: plan "
         "(then the direct bridge); a count, not seconds, so a retried shard plans alike.",
     )
-    grasp_approach: Literal["straight", "replay"] = Field(
-        "straight",
+    grasp_approach: Literal["auto", "straight", "replay"] = Field(
+        "auto",
         description="For transit: plan, a subtask that ends grasping its reference object: "
         "straight approaches the pose where the person closed the hand along the hand's own "
         "axis (from subtasks[].skill.margin away), then replays the closing; replay replays "
-        "the person's whole skill window (their slide into the grasp included).",
+        "the person's whole skill window (their slide into the grasp included); auto is "
+        "straight for a grasp re-fitted to the object as modelled now (the demo was recorded "
+        "with another object model), replay otherwise.",
     )
     trim_pauses: StrictBool = Field(
         True,

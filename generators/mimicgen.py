@@ -310,9 +310,11 @@ class _Rollout:
         )
         ref = reference_step(self.params, source, position, start)
         src_obj = source.object_poses[obj][ref]
+        refitted = False
         if planned and ref != start:  # a grasp of the reference object: fit it to the object
             turn = self.scene.grasp_correction(obj, np.linalg.inv(src_obj) @ source.eef_poses[ref])
-            if not np.array_equal(turn, np.eye(4)):
+            refitted = not np.array_equal(turn, np.eye(4))
+            if refitted:
                 # Re-targeting from src_obj @ inv(turn) puts every target turned about the object.
                 src_obj = src_obj @ np.linalg.inv(turn)
                 self.provenance.setdefault("refitted_grasps", []).append(index)
@@ -328,7 +330,10 @@ class _Rollout:
         )
         targets = transform_segment(source.eef_poses[steps_replayed], src_obj, frame)
         grip = source.gripper[steps_replayed]
-        if planned and ref != start and gen.grasp_approach == "straight":
+        # A grasp re-fitted to today's object is approached straight: the person's own approach
+        # was to an object of another shape. "auto" replays it otherwise (a handle's approach).
+        straight = gen.grasp_approach == "straight" or (gen.grasp_approach == "auto" and refitted)
+        if planned and ref != start and straight:
             targets, grip = self._straight_grasp(
                 source, index, steps_replayed, (start, ref), targets, grip
             )

@@ -55,7 +55,7 @@ class GenerationParams:
     held_object_correction: bool = True
     plan_checks: int = 20000  # collision checks per planned transit at most
     trim_pauses: bool = True  # transit: plan drops the person's pauses inside skill windows
-    grasp_approach: str = "straight"  # transit: plan: "straight" along the hand's axis, or "replay"
+    grasp_approach: str = "auto"  # transit: plan: "auto", "straight" (the hand's axis) or "replay"
 
 
 @dataclass(frozen=True)
