@@ -23,7 +23,7 @@ from factory.errors import SpecError
 from factory.physics import PhysicsDraw, PhysicsTargets, ScenePhysics
 from factory.spec import SceneSpec, TaskSpec
 from generators.poses import make_pose, mat_to_quat
-from generators.predicates import Predicate, parse_predicate
+from generators.predicates import HAND, Predicate, parse_predicate
 
 # The layouts and Placement belong to the generators' scene protocol, which this Scene implements.
 from generators.scene_api import ACTION_LAYOUT, PROPRIO_LAYOUT, Placement  # noqa: F401
@@ -132,6 +132,11 @@ class Scene:
             }
             for group in ("left_fingerpad", "right_fingerpad")
         ]
+        # touching(hand, X) (issue 35, minimal until the `touching` work lands): the gripper's
+        # collision geoms, palm, fingers and pads.
+        self._hand_geoms = self._subtree_geoms(
+            mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, self._gripper.root_body)
+        )
         self._start_z: dict[str, float] = {}
         self._start_q: dict[
             str, float
@@ -228,6 +233,16 @@ class Scene:
         return frozenset(
             int(g) for g in ids if self.model.geom_contype[g] or self.model.geom_conaffinity[g]
         )
+
+    def _subtree_geoms(self, root: int) -> frozenset[int]:
+        """Collision geoms of `root` and every body below it."""
+        bodies = [b for b in range(self.model.nbody) if self._descends(b, root)]
+        return frozenset().union(*(self._collision_geoms(b) for b in bodies))
+
+    def _descends(self, body: int, root: int) -> bool:
+        while body > 0 and body != root:
+            body = int(self.model.body_parentid[body])
+        return body == root
 
     @property
     def state_size(self) -> int:
@@ -518,6 +533,9 @@ class Scene:
             return self.gripper_closed is not False and self._grasped(p.objects[0])
         if p.name == "contact":
             return bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
+        if p.name == "touching":  # issue 35, minimal until the `touching` work lands
+            a, b = (self._hand_geoms if o == HAND else self._geoms[o] for o in p.objects)
+            return bool(self._touching(a) & b)
         if p.name == "lifted":
             obj = p.objects[0]
             return (
@@ -557,6 +575,16 @@ class Scene:
         if p.name == "opened":
             return abs(value - self._start_q.get(obj, value)) >= p.params[0]
         return p.params[0] <= value <= p.params[1]
+
+    def joint_position(self, obj: str) -> float:
+        """Position now (rad or m) of the hinge or slide joint moving `obj` (SpecError if none)."""
+        return float(self.data.qpos[self._joint_qpos(obj)])
+
+    def cavity_depth(self, container: str) -> float:
+        """How far the object's walls rise above its floor (its widest collision geom), metres:
+        about 0 for something flat or solid (a table, a cube), a bin's wall height for a bin."""
+        _, hi, floor_top = self._cavity(container)
+        return float(hi[2] - floor_top)
 
     def _joint_qpos(self, obj: str, field: str = "subtasks") -> int:
         """qpos address of the hinge or slide joint moving `obj`: its body's, else an ancestor's."""

@@ -51,6 +51,11 @@ PREDICATE_DOCS: dict[str, tuple[str, str]] = {
     "on_top": ("on_top(a, b)", "`a` rests on `b`: above it, touching it, not held"),
     "near": ("near(a, b, 0.05)", "the centres of `a` and `b` are closer than 0.05 m"),
     "contact": ("contact(a, b)", "any collision geom of `a` touches one of `b`"),
+    "touching": (
+        "touching(hand, a)",
+        "as `contact`, and either side may be `hand`: the gripper (palm, fingers, pads) "
+        "touches `a`, held or not (a push, a press)",
+    ),
     "inside": (
         "inside(a, bin)",
         "`a`'s centre is in the container's cavity: over its floor (its widest geom), within "

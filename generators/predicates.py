@@ -6,6 +6,9 @@
     on_top(cubeA, cubeB)      a rests on b: a is above b, they touch, a is not held
     near(a, b, 0.05)          the object centres are closer than 0.05 m
     contact(a, b)             any collision geom of a touches one of b
+    touching(hand, a)         a collision geom of one side touches one of the other; either
+                              side may be `hand`, the gripper (palm, fingers, pads): a push
+                              or a press, no grasp needed
     inside(a, bin)            a's centre is in the container's cavity: above its floor, within
                               its walls
     on_peg(nut, peg, 0.03)    a's centre is within 0.03 m of the peg's axis and below the peg's top
@@ -42,6 +45,7 @@ PREDICATE_KINDS: dict[str, PredicateKind] = {
     "on_top": PredicateKind(2, ()),
     "near": PredicateKind(2, (("distance", 0.05),)),
     "contact": PredicateKind(2, ()),
+    "touching": PredicateKind(2, ()),  # issue 35, minimal until the `touching` work lands
     "inside": PredicateKind(2, ()),
     "on_peg": PredicateKind(2, (("radius", 0.03),)),
     "opened": PredicateKind(1, (("amount", 0.3),)),
@@ -50,6 +54,9 @@ PREDICATE_KINDS: dict[str, PredicateKind] = {
 }
 # Compositions take predicates, not objects: all(p, ...) and any(p, ...) one or more, not(p) one.
 COMBINATORS: dict[str, tuple[int, int | None]] = {"all": (1, None), "any": (1, None), "not": (1, 1)}
+
+# The reserved object name of `touching`: the robot's gripper, not a spec object.
+HAND = "hand"
 
 _CALL = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -82,8 +89,14 @@ class Predicate:
             yield self
 
     def all_objects(self) -> set[str]:
-        """Every object name this predicate refers to, compositions included."""
-        return {obj for leaf in self.leaves() for obj in leaf.objects}
+        """Every spec object name this predicate refers to, compositions included (`touching`'s
+        `hand` is the gripper, not an object)."""
+        return {
+            obj
+            for leaf in self.leaves()
+            for obj in leaf.objects
+            if not (leaf.name == "touching" and obj == HAND)
+        }
 
     def mentions(self, kind: str) -> bool:
         return any(leaf.name == kind for leaf in self.leaves())
@@ -116,6 +129,8 @@ def parse_predicate(text: str) -> Predicate:
         raise ValueError(f"{name} takes {usage}, got {text.strip()!r}")
     defaults = [default for _, default in kind.params]
     params = tuple(given + defaults[len(given) :])
+    if name == "touching" and objects[0] == objects[1]:
+        raise ValueError(f"touching takes two different objects, got {text.strip()!r}")
     if name == "joint" and params[0] > params[1]:
         raise ValueError(
             f"joint takes joint(object, low, high) with low <= high, got {text.strip()!r}"
