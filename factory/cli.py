@@ -4,6 +4,8 @@
     factory validate scene_specs/cube_bowl.yaml --still out/stills   # + one PNG per camera
     factory spec-help [generation.transit]   # what a spec field means; --write: schema, README
     factory annotate scene_specs/stack.yaml [--plot out/annotate]
+    factory annotate --suggest scene_specs/demos/lift_panda_1demo_robosuite100.hdf5  # a spec
+    factory annotate scene_specs/lift.yaml --replay 2   # each demo regenerates itself?
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
     factory divergence out/stack --spec scene_specs/stack.yaml [--draws 4] [--ranges r.yaml]
@@ -94,9 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
-        "annotate", help="show where each subtask starts and ends in each seed demo, and why"
+        "annotate",
+        help="show where each subtask starts and ends in each seed demo, and why; "
+        "--suggest: propose the subtasks; --replay N: check each demo regenerates itself",
+        description="Where each subtask starts and ends in each seed demo, and why. --suggest "
+        "proposes objects:, subtasks: and placement: from the demos alone; --replay N "
+        "generates from each demo at its own start N times. Exit codes: 0 ok; 1 --suggest's "
+        "fragment failed its own check, or --replay FLAGGED a demo; 2 bad input.",
     )
-    p.add_argument("spec", type=Path)
+    p.add_argument(
+        "spec",
+        type=Path,
+        metavar="SPEC",
+        help="a scene spec; with --suggest also a seed demo file (.hdf5), whose "
+        "data.attrs['env'] names the task",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument(
         "--plot",
@@ -104,6 +118,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="also write a PNG timeline of the predicates per demo into DIR",
     )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--suggest",
+        action="store_true",
+        help="propose objects:, subtasks: and placement: from the demos alone (gripper, "
+        "contacts, joints, where things come to rest), as commented YAML to paste into the "
+        "spec; checked by annotating the spec with it pasted in (exit 1 if that fails)",
+    )
+    mode.add_argument(
+        "--replay",
+        metavar="N",
+        help="generate from each demo at its own start (no placement offsets) N times and "
+        "report per segment how many reached and completed it; a demo succeeding in fewer "
+        "than half is FLAGGED, naming its worst segment (exit 1)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="--replay: no progress bar")
 
     p = sub.add_parser("run", help="generate, render and write a dataset on Ray")
     p.add_argument("spec", type=Path)
@@ -491,7 +521,20 @@ def cmd_calibrate(args) -> int:
 
 def cmd_annotate(args) -> int:
     from factory.annotation_report import format_rows, plot_timeline, segment_rows
+    from factory.suggest_spec import DEMO_SUFFIXES
 
+    times = _replay_count(args.replay) if args.replay is not None else None
+    if args.plot is not None and (args.suggest or times is not None):
+        raise UserError("--plot: draws the annotation's timeline; not with --suggest or --replay")
+    if args.suggest:
+        return _annotate_suggest(args)
+    if args.spec.suffix.lower() in DEMO_SUFFIXES:
+        raise UserError(
+            f"{args.spec}: a seed demo file, not a spec; only --suggest reads one "
+            f"(factory annotate --suggest {args.spec})"
+        )
+    if times is not None:
+        return _annotate_replay(args, times)
     resolved = _load(args.spec)
     spec = resolved.spec
     report, plots = [], []
@@ -514,6 +557,77 @@ def cmd_annotate(args) -> int:
     for plot in plots:
         print(f"timeline: {plot}")
     return 0
+
+
+def _replay_count(text: str) -> int:
+    try:
+        times = int(text)
+    except ValueError:
+        times = None
+    if times is None or times < 1:
+        raise UserError(f"--replay: expected a number of replays per demo >= 1, got {text!r}")
+    return times
+
+
+def _annotate_suggest(args) -> int:
+    """`annotate --suggest`: the fragment on stdout (its problems also on stderr); exit 1 when
+    the spec with it pasted in does not annotate as suggested."""
+    from factory.suggest_spec import fragment_text, suggest
+
+    found = suggest(args.spec)
+    text = fragment_text(found, f"factory annotate --suggest {args.spec}")
+    if args.json:
+        report = {
+            "source": str(args.spec),
+            "demos": found.demos,
+            "objects": found.objects,
+            "subtasks": found.spec_data()["subtasks"],
+            "placement": found.placement,
+            "orders": found.orders,
+            "notes": found.left_out,
+            "problems": found.problems,
+            "fragment": text,
+        }
+        print(json.dumps(report))
+    else:
+        print(text, end="")
+    for problem in found.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if found.problems else 0
+
+
+def _annotate_replay(args, times: int) -> int:
+    """`annotate --replay N`: per demo and segment, N replays at its own start; exit 1 when a
+    demo is FLAGGED (the check ran and found a bad seed: not bad input, which is 2)."""
+    from tqdm import tqdm
+
+    from factory.replay_check import format_replays, replay_demos
+
+    resolved = _load(args.spec)
+    if not resolved.demos:
+        raise SpecError(args.spec, "seed_demos", "no seed demos to replay")
+    total = len(resolved.demos) * times
+    with tqdm(
+        total=total,
+        desc="replaying",
+        unit="attempt",
+        file=sys.stderr,
+        disable=args.no_progress,
+        leave=False,
+        dynamic_ncols=True,
+    ) as bar:
+
+        def tick(label: str, success: bool) -> None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update(1)
+
+        replays = replay_demos(resolved, times, on_attempt=tick)
+    if args.json:
+        demos = [r.to_json() for r in replays]
+        print(json.dumps({"spec": str(args.spec), "replays": times, "demos": demos}))
+    else:
+        print(format_replays(replays, times))
+    return 1 if any(r.flagged for r in replays) else 0
 
 
 def cmd_run(args) -> int:

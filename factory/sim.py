@@ -733,6 +733,16 @@ class Scene:
             return abs(value - self._start_q.get(obj, value)) >= p.params[0]
         return p.params[0] <= value <= p.params[1]
 
+    def joint_position(self, obj: str) -> float:
+        """Position now (rad or m) of the hinge or slide joint moving `obj` (SpecError if none)."""
+        return float(self.data.qpos[self._joint_qpos(obj)])
+
+    def cavity_depth(self, container: str) -> float:
+        """How far the object's walls rise above its floor (its widest collision geom), metres:
+        about 0 for something flat or solid (a table, a cube), a bin's wall height for a bin."""
+        _, hi, floor_top = self._cavity(container)
+        return float(hi[2] - floor_top)
+
     def _joint_qpos(self, obj: str, field: str = "subtasks") -> int:
         """qpos address of the hinge or slide joint moving `obj`: its body's, else an ancestor's."""
         body = self.bodies[obj]

@@ -155,6 +155,7 @@ class _Outcome:
     done: int = 0
     reason: str = ""
     failed_subtask: int | None = None
+    completed: tuple[int, ...] = ()  # spec indices whose check held, in order
 
 
 def generate_attempt(
@@ -198,6 +199,7 @@ def generate_attempt(
         failed_subtask=None if success else outcome.failed_subtask,
         retries=tuple(retries),
         reached=tuple(provenance.get("reached", ())),
+        completed=outcome.completed,
     )
 
 
@@ -238,9 +240,10 @@ class _Rollout:
             self.provenance["reached"].append(index)
             ok, reason = self._subtask(position, index)
             if reason:
-                return _Outcome(outcome.done, reason, index)
+                return _Outcome(outcome.done, reason, index, outcome.completed)
             if ok:
                 outcome.done += 1
+                outcome.completed += (index,)
             elif outcome.failed_subtask is None:
                 outcome.failed_subtask = index  # no retries: go on, as MimicGen does, and record it
         return outcome

@@ -62,6 +62,9 @@ PREDICATE_KINDS: dict[str, PredicateKind] = {
 # Compositions take predicates, not objects: all(p, ...) and any(p, ...) one or more, not(p) one.
 COMBINATORS: dict[str, tuple[int, int | None]] = {"all": (1, None), "any": (1, None), "not": (1, 1)}
 
+# The reserved object name of `touching`: the robot's gripper, not a spec object.
+HAND = "hand"
+
 _CALL = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -133,6 +133,7 @@ class Attempt:
     failed_subtask: int | None = None  # spec index of the subtask where it failed, if known
     retries: tuple[int, ...] = ()  # per subtask (spec index): retries spent
     reached: tuple[int, ...] = ()  # spec indices of the subtasks this attempt started, in order
+    completed: tuple[int, ...] = ()  # of those, the ones whose check held (the last: success)
 
     @property
     def length(self) -> int:

@@ -21,6 +21,8 @@ DEMOS = Path(__file__).parents[1] / "scene_specs" / "demos"
         ("lift_panda_4demos_robosuite141.hdf5", "Lift", [226, 1143, 285, 296], 32),
         ("lift_panda_1demo_robosuite100.hdf5", "Lift", [412], 32),
         ("stack_panda_1demo_robosuite100.hdf5", "Stack", [532], 45),
+        ("nut_assembly_panda_1demo_robosuite100.hdf5", "NutAssembly", [1036], 45),
+        ("pick_place_panda_1demo_robosuite100.hdf5", "PickPlace", [1482], 71),
     ],
 )
 def test_shipped_robosuite_files_load(filename, env_name, lengths, state_size):
