@@ -39,8 +39,7 @@ def placement_params(placement: PlacementSpec) -> PlacementParams:
     )
 
 
-REACH_MARGIN = 0.08  # metres: the default skill margin with an empty hand (SkillSpec.margin)
-CARRY_MARGIN = 0.15  # ... and carrying what the subtask before grasped
+SKILL_MARGIN = 0.08  # metres: SkillSpec.margin's default (see there)
 
 
 def generation_params(generation: GenerationSpec) -> GenerationParams:
@@ -58,7 +57,7 @@ def mimicgen_params(spec: SceneSpec) -> MimicGenParams:
                 sub.object,
                 sub.ends_when,
                 tuple(sub.end_offset),
-                skill_margin=sub.skill.margin if sub.skill and sub.skill.margin else REACH_MARGIN,
+                skill_margin=sub.skill.margin if sub.skill else SKILL_MARGIN,
                 skill_window=tuple(sub.skill.window) if sub.skill and sub.skill.window else None,
             )
             for sub in spec.subtasks

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from factory.adapters import CARRY_MARGIN, REACH_MARGIN
+from factory.adapters import SKILL_MARGIN
 from factory.errors import SpecError, UserError
 from factory.fixtures import infer_fixture_poses
 from factory.predicates import HAND, Predicate, parse_predicate
@@ -184,11 +184,7 @@ def skill_windows(
                 )
             skills[index], reasons[index] = window[0], "given in the spec"
             continue
-        margin = sub.skill.margin if sub.skill and sub.skill.margin is not None else None
-        if margin is None:
-            before = spec.subtasks[order[position - 1]].ends_when if position else None
-            carrying = before is not None and parse_predicate(before).name == "grasped"
-            margin = CARRY_MARGIN if carrying else REACH_MARGIN
+        margin = sub.skill.margin if sub.skill else SKILL_MARGIN
         rel = relative_positions(eef, objects[sub.object])
         skills[index] = skill_start(rel, touch[:, index], gripper, start, end, margin)
         events = event_steps(touch[:, index], gripper, start, end)
