@@ -8,6 +8,11 @@
 `--suite` runs the tasks people bring (issue 12's table: seed, target success) with retries 0,
 one JSON line each with `target` and `meets_target`, then a summary line.
 
+`--human` runs issue 35's table: generation from the human demos as people recorded them
+(`HUMAN`), each spec as shipped and again with `generation.transit: direct` (today's bridge)
+in the same run, with the CPU seconds per attempt of each and their ratio
+(`planned_cpu_ratio`, target <= 2).
+
 For each retry setting, runs `--attempts` attempts in one process (seeds as in a
 dataset, shard by shard) and prints one JSON line per setting, plus a summary
 comparing against NVlabs' MimicGen measured on this kind of machine from the same
@@ -46,6 +51,13 @@ SUITE = [
     ("scene_specs/three_cubes.yaml", "scripted seeds", 0.50),
     ("scene_specs/mug_coaster.yaml", "scripted seeds (mesh file)", 0.50),
 ]
+# Issue 35: (spec, its seed, the success it must reach), from the human demos alone.
+HUMAN = [
+    ("scene_specs/pick_place_human.yaml", "the 2020 PickPlace human demo", 0.40),
+    ("scene_specs/nut_assembly.yaml", "the NutAssembly human demo", 0.95),
+    ("scene_specs/stack_d0.yaml", "the Stack human demo", 0.90),
+    ("scene_specs/lift.yaml", "the 4 Lift human demos (2024)", None),
+]
 MIMICGEN_STACK = {
     "success_rate": 0.54,
     "successes_per_core_minute": 27 / (297 / 60),
@@ -72,13 +84,17 @@ def dataset_attempts(spec, resolved) -> tuple[list, float, dict[str, int]]:
     return results, wall, failures
 
 
-def run_setting(spec_path: str, attempts: int, retries: int) -> dict:
-    spec = load_spec(
-        spec_path,
-        {"generation.attempts": attempts, "generation.subtask_retries": retries, "cameras": []},
-    )
+def run_setting(
+    spec_path: str, attempts: int, retries: int | None, overrides: dict | None = None
+) -> dict:
+    changes = {"generation.attempts": attempts, "cameras": [], **(overrides or {})}
+    if retries is not None:  # None: the spec's own
+        changes["generation.subtask_retries"] = retries
+    spec = load_spec(spec_path, changes)
     resolved = resolve_spec(spec)
+    cpu = time.process_time()
     results, wall, failures = dataset_attempts(spec, resolved)
+    cpu = time.process_time() - cpu
     steps = sum(r.length for r in results)
     successes = sum(r.success for r in results)
     # Same-run reference: bare robosuite env.step calls on the same env.
@@ -92,7 +108,8 @@ def run_setting(spec_path: str, attempts: int, retries: int) -> dict:
     return {
         "benchmark": "generation_success",
         "spec": spec_path,
-        "subtask_retries": retries,
+        "subtask_retries": spec.generation.subtask_retries,
+        "transit": spec.generation.transit,
         "attempts": attempts,
         "successes": successes,
         "success_rate": round(successes / attempts, 3),
@@ -100,6 +117,9 @@ def run_setting(spec_path: str, attempts: int, retries: int) -> dict:
         "failures": failures,
         "wall_s": round(wall, 1),
         "s_per_attempt": round(wall / attempts, 2),
+        "cpu_s_per_attempt": round(cpu / attempts, 3),
+        "steps_per_attempt": round(steps / attempts, 1),
+        "transit_fallbacks": sum(len(r.provenance.get("transit_fallbacks", ())) for r in results),
         "successes_per_core_minute": round(successes / (wall / 60), 2),
         "generator_steps_per_s": round(steps / wall, 1),
         "robosuite_env_step_per_s": round(bare_rate, 1),
@@ -114,11 +134,17 @@ def main() -> None:
     parser.add_argument("--retries", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--suite", action="store_true", help="every task of SUITE, retries 0")
     parser.add_argument(
+        "--human", action="store_true", help="issue 35's table (HUMAN): shipped vs direct"
+    )
+    parser.add_argument(
         "--only", nargs="+", default=None, help="with --suite: these spec stems only"
     )
     args = parser.parse_args()
     if args.suite:
         run_suite(args.attempts, args.only)
+        return
+    if args.human:
+        run_human(args.attempts, args.only)
         return
     for retries in args.retries:
         row = run_setting(args.spec, args.attempts, retries)
@@ -129,6 +155,42 @@ def main() -> None:
             ),
         }
         print(json.dumps(row), flush=True)
+
+
+def run_human(attempts: int, only: list[str] | None) -> None:
+    """Issue 35's table: each spec as shipped (its own retries and transit), then with the
+    direct bridge, in this process; one JSON line per spec, then a summary line."""
+    met = []
+    for spec_path, seeds, target in HUMAN:
+        if only and spec_path.rsplit("/", 1)[-1].removesuffix(".yaml") not in only:
+            continue
+        shipped = run_setting(spec_path, attempts, None)
+        direct = run_setting(spec_path, attempts, None, {"generation.transit": "direct"})
+        row = {
+            "benchmark": "generation_from_human_demos",
+            "spec": spec_path,
+            "seeds": seeds,
+            "target": target,
+            "shipped": shipped,
+            "direct_bridge": direct,
+            "meets_target": None if target is None else shipped["success_rate"] >= target,
+            "planned_cpu_ratio": round(
+                shipped["cpu_s_per_attempt"] / direct["cpu_s_per_attempt"], 3
+            ),
+        }
+        met.append(row["meets_target"] is not False)
+        print(json.dumps(row), flush=True)
+    print(
+        json.dumps(
+            {
+                "benchmark": "generation_from_human_demos_summary",
+                "attempts": attempts,
+                "tasks": len(met),
+                "all_meet_targets": all(met),
+            }
+        ),
+        flush=True,
+    )
 
 
 def run_suite(attempts: int, only: list[str] | None) -> None:

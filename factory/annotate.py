@@ -145,12 +145,14 @@ def grasp_fallbacks(
 
 
 def hand_contacts(scene: Scene, names: Sequence[str]) -> list[bool]:
-    """Per name: the hand touches that object, or touches an object that touches it (carried)."""
+    """Per name: the hand touches that object (a body below it included: a door's handle), or
+    touches an object that touches it (carried)."""
     n = scene.data.ncon
     g1 = scene.data.contact.geom1[:n].tolist()
     g2 = scene.data.contact.geom2[:n].tolist()
     hand = scene.hand_geoms()
-    geoms = {name: scene._geoms[name] for name in set(names)}
+    # An articulated object is worked through its parts: the door through its handle.
+    geoms = {name: scene._collision_geoms_under(scene.bodies[name]) for name in set(names)}
     touched = {b for a, b in zip(g1, g2, strict=True) if a in hand}
     touched |= {a for a, b in zip(g1, g2, strict=True) if b in hand}
     carried = [g for name, gs in geoms.items() if gs & touched for g in gs]

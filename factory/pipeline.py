@@ -73,7 +73,7 @@ class ShardResult:
     steps_simulated: int = 0
     subtasks: dict[str, dict[str, int]] = field(
         default_factory=dict
-    )  # index -> reached, failed, retries
+    )  # index -> reached, failed, retries, fallbacks (transit: plan)
     node: str = ""  # Ray node id of the worker that wrote it ("" when run outside Ray)
     # A mixed-robot dataset's attempts and successes per robot (empty for one robot)
     robots: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -340,7 +340,7 @@ class ShardWorker:
         self.prepare(output.local_dir)
         episodes, failures, steps, successes, failed = [], Counter(), 0, 0, []
         subtasks = {
-            str(i): {"reached": 0, "failed": 0, "retries": 0}
+            str(i): {"reached": 0, "failed": 0, "retries": 0, "fallbacks": 0}
             for i in range(len(self.spec.subtasks))
         }
         robots: dict[str, dict[str, int]] = {}
@@ -391,6 +391,10 @@ def _count_subtasks(counts: dict[str, dict[str, int]], attempt: Attempt) -> None
         counts[str(index)]["retries"] += n
     if attempt.failed_subtask is not None:
         counts[str(attempt.failed_subtask)]["failed"] += 1
+    # transit: plan's transits that found no path and took the direct bridge instead
+    for fallback in attempt.provenance.get("transit_fallbacks", ()):
+        row = counts[str(fallback["subtask"])]
+        row["fallbacks"] = row.get("fallbacks", 0) + 1
 
 
 def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResult:

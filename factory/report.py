@@ -54,6 +54,7 @@ def summarize(dataset_dir: Path) -> dict:
         else 0.0,
         "failures": dict(sorted(failures.items())),
         "retries": sum(row["retries"] for row in subtasks),
+        "transit": info["spec"]["generation"].get("transit", "direct"),
         "subtasks": subtasks,
         "episodes": manifest.total_episodes,
         "steps": manifest.total_samples,
@@ -83,7 +84,8 @@ def _robot_table(shards: list[dict]) -> dict:
 
 
 def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
-    """Per subtask: attempts that reached it, attempts that failed in it, retries spent."""
+    """Per subtask: attempts that reached it, attempts that failed in it, retries spent, and
+    planned transits to it that fell back to the direct bridge (transit: plan)."""
     rows = []
     for i, sub in enumerate(specs):
         counts = [s.get("subtasks", {}).get(str(i), {}) for s in shards]
@@ -94,7 +96,7 @@ def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
                 "ends_when": sub["ends_when"] or "success",
                 **{
                     key: sum(c.get(key, 0) for c in counts)
-                    for key in ("reached", "failed", "retries")
+                    for key in ("reached", "failed", "retries", "fallbacks")
                 },
             }
         )
@@ -138,7 +140,12 @@ def format_summary(summary: dict) -> str:
             (
                 f"subtask {row['index']}",
                 f"{row['ends_when']:<22} reached {row['reached']:>5}  "
-                f"failed {row['failed']:>5}  retries {row['retries']:>5}",
+                f"failed {row['failed']:>5}  retries {row['retries']:>5}"
+                + (
+                    f"  planning fell back {row['fallbacks']:>5}"
+                    if summary.get("transit") == "plan"
+                    else ""
+                ),
             )
         )
     for robot, row in summary.get("robots", {}).items():

@@ -14,7 +14,7 @@ from factory.adapters import mimicgen_params, placement_params
 from factory.errors import SpecError
 from factory.pipeline import prepare_demos
 from factory.records import AnnotatedDemo
-from factory.sim import Scene
+from factory.sim import Placement, Scene
 from factory.spec import SceneSpec
 from generators.mimicgen import sample_placement
 from generators.params import MimicGenParams
@@ -80,7 +80,30 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
         check_placement(
             spec, scene, {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}
         )
+    if spec.generation.transit == "plan":
+        check_planning_goals(spec, scene, demos)
     return Resolved(spec=spec, scene=scene, demos=demos)
+
+
+def check_planning_goals(spec: SceneSpec, scene: Scene, demos: list[AnnotatedDemo]) -> None:
+    """For transit: plan, every skill window must start where the arm can reach: a planned
+    transit's goal is that pose, re-targeted. A window the spec gives by hand (or a demo of
+    another robot) can start out of reach; then every attempt would fall back, so it is
+    refused here, naming the subtask and the demo."""
+    for demo in demos:
+        scene.reset_to(demo.start_state, Placement({}), fixtures=demo.fixture_poses)
+        for position, index in enumerate(demo.order):
+            start, _ = demo.skill(position)
+            if not scene.reachable(demo.eef_poses[start]):
+                field = f"subtasks[{index}].skill" if spec.subtasks[index].skill else "generation"
+                raise SpecError(
+                    spec.path,
+                    field + (".window" if field.endswith("skill") else ".transit"),
+                    f"the skill window of subtask {index} in {demo.demo.label} starts at step "
+                    f"{start}, where the hand's pose is out of the {spec.task.robot}'s reach: "
+                    "no planned transit can end there (expected a window the arm reaches: "
+                    "another skill.window or skill.margin, or transit: direct)",
+                )
 
 
 def check_placement(spec: SceneSpec, scene: Scene, start_xy: dict[str, np.ndarray]) -> None:

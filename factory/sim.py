@@ -476,6 +476,10 @@ class Scene:
         """Grip-site poses, one per control step, from now to `goal` [4, 4] on a collision-free
         path with the object `held` (a spec object name, or None) attached; (None, why) when no
         path is found (`factory.planning`)."""
+        body = self.bodies[held] if held is not None else None
+        return self._make_planner().plan(self.data, goal, body, speed, checks, seed)
+
+    def _make_planner(self):
         if self._planner is None:
             from factory.planning import TransitPlanner
 
@@ -492,8 +496,7 @@ class Scene:
                 self.hand_geoms(),
             )
             self._planner.home = np.asarray(robot.init_qpos, dtype=np.float64)
-        body = self.bodies[held] if held is not None else None
-        return self._planner.plan(self.data, goal, body, speed, checks, seed)
+        return self._planner
 
     def grasp_correction(self, obj: str, rel: np.ndarray) -> np.ndarray:
         """[4, 4] a turn about the object's z axis that makes a recorded grasp fit the object as
@@ -573,6 +576,11 @@ class Scene:
     def finger_pads(self) -> list[set[int]]:
         """Geom ids of the left and right finger pads."""
         return [set(p) for p in self._pads]
+
+    def reachable(self, pose: np.ndarray) -> bool:
+        """Whether the arm can put its grip site at `pose` [4, 4] (inverse kinematics)."""
+        planner = self._make_planner()
+        return planner.ik(pose, planner.load(self.data, None)) is not None
 
     def hand_geoms(self) -> set[int]:
         """Geom ids of the gripper's collision geoms (`hand` in `touching`)."""

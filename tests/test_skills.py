@@ -129,3 +129,83 @@ def test_a_goal_inside_the_table_is_refused_with_a_reason(lift_scene):
     way, why = scene.plan_transit(goal, None, 0.01, 2000, seed=0)
     assert way is None
     assert "collision" in why or "reach" in why
+
+
+# --- transit: plan, end to end on the human Lift demos -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lift_plan():
+    from factory.resolve import resolve_spec
+    from factory.spec import load_spec
+    from tests.conftest import SPECS
+
+    spec = load_spec(SPECS / "lift.yaml", {"cameras": [], "generation.transit": "plan"})
+    return spec, resolve_spec(spec)
+
+
+def _attempt(spec, resolved, attempt_id):
+    from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+
+    plan = AttemptPlan(attempt_id, 0, attempt_seed(spec.seed, 0, attempt_id))
+    return generate_attempt(resolved.scene, resolved.demos, plan, resolved.params)
+
+
+@pytest.mark.sim
+def test_planned_transits_leave_the_persons_detours_out(lift_plan):
+    spec, resolved = lift_plan
+    # The 1,143-step human demo (demo_2) wanders; its skill windows are a fraction of it.
+    long = next(d for d in resolved.demos if d.demo.length > 1000)
+    skill = sum(e - s for s, e in (long.skill(p) for p in range(len(long.order))))
+    assert skill < 0.3 * long.demo.length
+    attempts = [_attempt(spec, resolved, i) for i in range(4)]
+    assert all(a.success for a in attempts), [a.reason for a in attempts]
+    assert all(a.length < 300 for a in attempts), [a.length for a in attempts]
+    # The reach is planned; the lift starts in contact, where the hand already is: no transit.
+    assert all(a.provenance["transits"] == 1 for a in attempts)
+    assert not any("transit_fallbacks" in a.provenance for a in attempts)
+
+
+@pytest.mark.sim
+def test_a_planned_attempt_is_the_same_attempt_again(lift_plan):
+    spec, resolved = lift_plan
+    first, again = _attempt(spec, resolved, 7), _attempt(spec, resolved, 7)
+    np.testing.assert_array_equal(first.states, again.states)
+    np.testing.assert_array_equal(first.actions, again.actions)
+
+
+@pytest.mark.sim
+def test_a_window_the_arm_cannot_reach_is_refused_naming_the_subtask(lift_plan):
+    import dataclasses
+
+    from factory.errors import SpecError
+    from factory.resolve import check_planning_goals
+
+    spec, resolved = lift_plan
+    demo = resolved.demos[0]
+    far = demo.eef_poses.copy()
+    far[:, 0, 3] += 3.0  # three metres in front of the robot
+    broken = dataclasses.replace(demo, eef_poses=far)
+    with pytest.raises(SpecError, match=r"subtask 0 in .*out of the Panda's reach"):
+        check_planning_goals(spec, resolved.scene, [broken])
+    check_planning_goals(spec, resolved.scene, resolved.demos)  # the real windows: reachable
+
+
+@pytest.mark.sim
+def test_a_skill_window_outside_its_segment_is_one_line_and_exit_2(tmp_path, capsys):
+    from factory.cli import main
+    from tests.conftest import write_spec
+
+    spec = write_spec(
+        tmp_path / "lift.yaml",
+        subtasks=[
+            {"object": "cube", "ends_when": "grasped(cube)", "skill": {"window": [5000, 5010]}},
+            {"object": "cube"},
+        ],
+    )
+    capsys.readouterr()
+    code = main(["annotate", str(spec)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "subtasks[0].skill.window" in err and "outside the subtask's segment" in err

@@ -78,7 +78,8 @@ def test_the_suggestion_pasted_in_cuts_each_demo_as_the_shipped_spec(demo, tmp_p
     code, text, err = _run_main(capsys, "annotate", "--suggest", tmp_path / "bare.yaml")
     assert code == 0, err
     fragment = yaml.safe_load(text)
-    assert set(fragment) <= {"objects", "subtasks", "placement"}, fragment
+    assert set(fragment) <= {"objects", "subtasks", "placement", "generation"}, fragment
+    assert fragment["generation"] == {"transit": "plan", "subtask_retries": 1}
     assert "ends_when" not in fragment["subtasks"][-1]  # the last ends at the task's success
     # Each subtask comes under comments saying what each demo showed, and from which step.
     lines = text.splitlines()
