@@ -26,6 +26,8 @@ import math
 import mujoco
 import numpy as np
 
+from generators.poses import axis_angle_to_mat, mat_to_axis_angle
+
 PENETRATION = 1e-3  # metres: resting contact is not a collision, deeper than this is
 # Metres kept between the moving robot (and what it holds) and the rest: the arm controller
 # tracks the planned poses a few centimetres behind, cutting corners. Tried in turn: a goal or
@@ -337,28 +339,13 @@ def _blend(a: np.ndarray, b: np.ndarray, w: float) -> np.ndarray:
     """The pose a fraction `w` of the way from a to b (straight position, geodesic rotation)."""
     pose = np.eye(4)
     pose[:3, 3] = a[:3, 3] + w * (b[:3, 3] - a[:3, 3])
-    rel = a[:3, :3].T @ b[:3, :3]
-    quat = np.empty(4)
-    mujoco.mju_mat2Quat(quat, rel.flatten())
-    axis = np.empty(3)
-    vel = np.empty(3)
-    mujoco.mju_quat2Vel(vel, quat, 1.0)
-    axis[:] = vel * w
-    turn = np.empty(4)
-    mujoco.mju_axisAngle2Quat(turn, axis / max(np.linalg.norm(axis), 1e-12), np.linalg.norm(axis))
-    mat = np.empty(9)
-    mujoco.mju_quat2Mat(mat, turn)
-    pose[:3, :3] = a[:3, :3] @ mat.reshape(3, 3)
+    pose[:3, :3] = a[:3, :3] @ axis_angle_to_mat(w * mat_to_axis_angle(a[:3, :3].T @ b[:3, :3]))
     return pose
 
 
 def _rotation_error(goal: np.ndarray, now: np.ndarray) -> np.ndarray:
     """Axis-angle [3] (world frame) turning `now` onto `goal`."""
-    quat = np.empty(4)
-    mujoco.mju_mat2Quat(quat, (goal @ now.T).flatten())
-    vel = np.empty(3)
-    mujoco.mju_quat2Vel(vel, quat, 1.0)
-    return vel
+    return mat_to_axis_angle(goal @ now.T)
 
 
 def _body_pose(data: mujoco.MjData, body: int) -> np.ndarray:
