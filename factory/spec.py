@@ -353,6 +353,13 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
     raw = load_raw_spec(path)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
+    return validate_raw_spec(raw, path)
+
+
+def validate_raw_spec(raw: dict, path: str | Path) -> SceneSpec:
+    """Raw YAML data validated as the spec at `path` (its relative files taken from its folder);
+    a SpecError names the file and the first field."""
+    path = Path(path)
     try:
         spec = SceneSpec.model_validate(raw)
     except ValidationError as err:

@@ -29,7 +29,7 @@ from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
 from factory.records import SeedDemo
 from factory.scene_spec import fill_from_scene
-from factory.spec import SceneSpec, TaskSpec, _describe, load_raw_spec
+from factory.spec import SceneSpec, TaskSpec, load_raw_spec, validate_raw_spec
 from factory.suggest import (
     Candidates,
     DemoSubtask,
@@ -249,12 +249,7 @@ def _check_env(env: str, path: Path) -> None:
 
 def _validated(raw: dict, path: Path) -> SceneSpec:
     """`raw` validated as `load_spec` does, its relative files taken from `path`'s folder."""
-    try:
-        spec = SceneSpec.model_validate(raw)
-    except ValidationError as err:
-        raise SpecError(path, *_describe(err)) from None
-    spec._path = path.resolve()
-    return spec
+    return validate_raw_spec(raw, path)
 
 
 def _merge(per_demo: list[tuple[SeedDemo, list[DemoSubtask]]]):
