@@ -58,7 +58,6 @@ def mimicgen_params(spec: SceneSpec) -> MimicGenParams:
                 sub.ends_when,
                 tuple(sub.end_offset),
                 skill_margin=sub.skill.margin if sub.skill else SKILL_MARGIN,
-                skill_window=tuple(sub.skill.window) if sub.skill and sub.skill.window else None,
             )
             for sub in spec.subtasks
         ),

@@ -100,6 +100,9 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
     skills, skill_reasons = skill_windows(
         spec, demo, order, starts, ends, eef, objects, touch, gripper
     )
+    skill_ends = tuple(
+        s.skill.window[1] if s.skill and s.skill.window else 0 for s in spec.subtasks
+    )
     paused = paused_steps(eef, gripper, fingers, free)
     return AnnotatedDemo(
         demo=demo,
@@ -113,6 +116,7 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
         holds=holds,
         subtask_starts=starts,
         skill_starts=skills,
+        skill_ends=skill_ends if any(skill_ends) else (),
         skill_reasons=skill_reasons,
         paused=paused,
         ended_by=ended_by if any(ended_by) else (),

@@ -546,7 +546,13 @@ def cmd_annotate(args) -> int:
         }
         if args.plot is not None:
             name = f"{demo.demo.source.stem}_{demo.demo.name}.png"
-            entry["plot"] = str(plot_timeline(spec, demo, args.plot / name))
+            try:
+                entry["plot"] = str(plot_timeline(spec, demo, args.plot / name))
+            except OSError as err:
+                raise UserError(
+                    f"--plot {args.plot}: {err.strerror or err}; expected a directory the "
+                    "timelines can be written into"
+                ) from None
             plots.append(entry["plot"])
         report.append(entry)
     if args.json:
@@ -564,9 +570,14 @@ def _replay_count(text: str) -> int:
         times = int(text)
     except ValueError:
         times = None
-    if times is None or times < 1:
-        raise UserError(f"--replay: expected a number of replays per demo >= 1, got {text!r}")
+    if times is None or not 1 <= times <= MAX_REPLAYS:
+        raise UserError(
+            f"--replay: expected a number of replays per demo from 1 to {MAX_REPLAYS}, got {text!r}"
+        )
     return times
+
+
+MAX_REPLAYS = 1000  # a self-check, not a dataset: `factory run` makes many
 
 
 def _annotate_suggest(args) -> int:

@@ -141,8 +141,9 @@ class SkillSpec(_Strict):
     window: tuple[int, int] | None = Field(
         None,
         description="[start, end) demo steps of the window, given by hand (every seed demo); "
-        "it must lie inside the subtask's segment (factory annotate shows the segments). "
-        "null: found from the margin.",
+        "it must lie inside the subtask's segment (factory annotate shows the segments), and "
+        "the replay stops at its end, where the subtask's check follows. null: found from the "
+        "margin.",
     )
 
     @field_validator("window")

@@ -66,7 +66,6 @@ class SubtaskParams:
     ends_when: str | None = None  # None: the task's success ends it (the last subtask)
     end_offset: tuple[int, int] = (0, 0)  # [lo, hi] steps after the predicate first holds
     skill_margin: float = 0.08  # metres: see factory.spec_sections.SkillSpec
-    skill_window: tuple[int, int] | None = None  # [start, end) demo steps, given by hand
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ class AnnotatedDemo:
     # Per subtask (spec index): where its skill window opens (`generators.skills`), and why;
     # generation.transit: plan replays [skill start, segment end) and plans the way there.
     skill_starts: tuple[int, ...] = ()
+    skill_ends: tuple[int, ...] = ()  # per subtask: a window's end given in the spec, else 0
     skill_reasons: tuple[str, ...] = ()
     paused: np.ndarray | None = None  # [T] bool: steps of a pause, dropped from replayed windows
     # Per subtask (spec index): the predicate that ended its segment in this demo where that is
@@ -93,8 +94,11 @@ class AnnotatedDemo:
         """[start, end) of the `position`-th subtask's skill window (the whole segment when the
         demo has none)."""
         start, end = self.segment(position)
+        index = self.order[position]
+        if self.skill_ends and self.skill_ends[index]:
+            end = min(end, self.skill_ends[index])
         if self.skill_starts:
-            return max(start, min(self.skill_starts[self.order[position]], end - 1)), end
+            return max(start, min(self.skill_starts[index], end - 1)), end
         return start, end
 
     def end_predicate(self, index: int, spec_ends_when: str | None) -> str | None:

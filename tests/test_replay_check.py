@@ -71,10 +71,10 @@ def test_a_demo_that_cannot_regenerate_itself_is_flagged_with_its_segment(tmp_pa
     assert [(s["reached"], s["completed"]) for s in demos["demo_1"]["segments"]] == [(1, 1), (1, 1)]
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two"])
+@pytest.mark.parametrize("value", ["0", "-1", "two", "99999999999999999999"])
 def test_a_bad_replay_count_is_one_line_and_exit_2(value, capsys):
     code, out, err = _run_main(capsys, "annotate", SPECS / "lift.yaml", "--replay", value)
     assert code == 2 and out == ""
     assert err.splitlines() == [
-        f"error: --replay: expected a number of replays per demo >= 1, got {value!r}"
+        f"error: --replay: expected a number of replays per demo from 1 to 1000, got {value!r}"
     ]

@@ -209,3 +209,23 @@ def test_a_skill_window_outside_its_segment_is_one_line_and_exit_2(tmp_path, cap
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert "subtasks[0].skill.window" in err and "outside the subtask's segment" in err
+
+
+@pytest.mark.sim
+def test_a_skill_window_given_in_the_spec_is_replayed_as_given(tmp_path):
+    from factory.resolve import resolve_spec
+    from factory.spec import load_spec
+    from tests.conftest import write_spec
+
+    path = write_spec(
+        tmp_path / "lift.yaml",
+        subtasks=[
+            {"object": "cube", "ends_when": "grasped(cube)", "skill": {"window": [130, 150]}},
+            {"object": "cube"},
+        ],
+        generation={"transit": "plan"},
+    )
+    resolved = resolve_spec(load_spec(path, {"cameras": []}))
+    for demo in resolved.demos:
+        assert demo.skill(0) == (130, 150), demo.demo.label  # both ends, in every demo
+        assert demo.skill(1)[1] == demo.segment(1)[1]  # the other subtask: found, not given
