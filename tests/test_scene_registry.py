@@ -21,6 +21,9 @@ SPEC_FILES = sorted(SPECS.glob("*.yaml"))
 MAX_ATTEMPTS = (
     8  # every shipped spec makes >= 40 % in its benchmark: 8 failures in a row would be a bug
 )
+# But one: PickPlace from its one human demo makes 12 % (README, "Demos as people record them");
+# 24 attempts all failing would happen 5 times in 100 at that rate (today's first success: 14).
+ATTEMPTS = {"pick_place_human": 24}
 _RESOLVED: dict = {}
 
 
@@ -121,7 +124,8 @@ def test_spec_generates_a_successful_episode(path):
     spec = resolved.spec
     assert resolved.demos, f"{path.name} ships no seed demo: it cannot generate"
     reasons = []
-    for a in range(MAX_ATTEMPTS):
+    budget = ATTEMPTS.get(path.stem, MAX_ATTEMPTS)
+    for a in range(budget):
         attempt = generate_attempt(
             resolved.scene,
             resolved.demos,
@@ -133,4 +137,4 @@ def test_spec_generates_a_successful_episode(path):
             resolved.scene.set_state(attempt.states[-1])
             return
         reasons.append(attempt.reason)
-    pytest.fail(f"{path.name}: no success in {MAX_ATTEMPTS} attempts: {reasons}")
+    pytest.fail(f"{path.name}: no success in {budget} attempts: {reasons}")
