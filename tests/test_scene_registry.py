@@ -6,6 +6,8 @@ Adding a spec to scene_specs/ adds it here automatically.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,15 @@ MAX_ATTEMPTS = (
 # 24 attempts all failing would happen 5 times in 100 at that rate (today's first success: 14).
 ATTEMPTS = {"pick_place_human": 24}
 _RESOLVED: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_the_scenes():
+    """The module keeps one built env per shipped spec (28 of them): let them go after it, or
+    the suite's later forks (DataLoader workers, subprocesses) fail for memory on 2 cores."""
+    yield
+    _RESOLVED.clear()
+    gc.collect()
 
 
 def _resolved(path):
