@@ -180,17 +180,12 @@ def run_human(attempts: int, only: list[str] | None) -> None:
         }
         met.append(row["meets_target"] is not False)
         print(json.dumps(row), flush=True)
-    print(
-        json.dumps(
-            {
-                "benchmark": "generation_from_human_demos_summary",
-                "attempts": attempts,
-                "tasks": len(met),
-                "all_meet_targets": all(met),
-            }
-        ),
-        flush=True,
-    )
+    _print_summary("generation_from_human_demos_summary", attempts, met)
+
+
+def _print_summary(benchmark: str, attempts: int, met: list[bool]) -> None:
+    summary = {"benchmark": benchmark, "attempts": attempts, "tasks": len(met)}
+    print(json.dumps({**summary, "all_meet_targets": all(met)}), flush=True)
 
 
 def run_suite(attempts: int, only: list[str] | None) -> None:
@@ -206,17 +201,7 @@ def run_suite(attempts: int, only: list[str] | None) -> None:
         )
         met.append(row["meets_target"] is not False)
         print(json.dumps(row), flush=True)
-    print(
-        json.dumps(
-            {
-                "benchmark": "generation_success_suite",
-                "attempts": attempts,
-                "tasks": len(met),
-                "all_meet_targets": all(met),
-            }
-        ),
-        flush=True,
-    )
+    _print_summary("generation_success_suite", attempts, met)
 
 
 if __name__ == "__main__":
