@@ -311,10 +311,37 @@ class SceneSpec(_Strict):
             },
         )
         data = {key: value for key, value in data.items() if value is not None}
-        for later in ("adr", "robustness"):  # added later: older datasets stay resumable
-            if data["generation"].get(later) is None:
-                data["generation"].pop(later, None)
+        for path, default in ADDED_LATER.items():
+            _drop_default(data, path.split("."), default)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+# Fields added to the schema after datasets were made with it, and their defaults: a field at its
+# default is left out of the fingerprint, so that a dataset made before it existed still resumes
+# (tests/test_spec_fingerprints.py holds the fingerprints of the shipped specs as released).
+# A path segment ending in "[]" is a list: every element. Add each new field here.
+ADDED_LATER: dict[str, object] = {
+    "generation.adr": None,
+    "generation.robustness": None,
+    "generation.plan_checks": 20000,
+    "generation.grasp_approach": "auto",
+    "generation.trim_pauses": True,
+    "subtasks[].skill": None,
+}
+
+
+def _drop_default(data, path: list[str], default) -> None:
+    if not isinstance(data, dict) or not path:
+        return
+    head, rest = path[0], path[1:]
+    if head.endswith("[]"):
+        for item in data.get(head[:-2]) or ():
+            _drop_default(item, rest, default)
+    elif not rest:
+        if head in data and data[head] == default:
+            del data[head]
+    else:
+        _drop_default(data.get(head), rest, default)
 
 
 class _FieldError(ValueError):
