@@ -33,6 +33,9 @@ GRASP_ROOM = 0.01  # metres the open hand must clear an object by to close on it
 # Metres between the two for `touching`: contact, or nearly (a demo state restored in a model a
 # hair off, a fixture pose inferred to the millimetre, leaves a gap where the person touched).
 TOUCH_MARGIN = 0.003
+RAY_LIFT = 0.01  # metres above an object's bottom its downward rays start (`support_heights`)
+RAY_SPACING = 0.01  # metres between the rays of `support_heights`
+FLAT = 0.01  # metres: surfaces this close in height are one flat support (`Scene.place_shift`)
 
 
 # robosuite logs a page of warnings at import and per env (no private macro file, unused
@@ -581,6 +584,101 @@ class Scene:
         """Whether the arm can put its grip site at `pose` [4, 4] (inverse kinematics)."""
         planner = self._make_planner()
         return planner.ik(pose, planner.load(self.data, None)) is not None
+
+    def drop_height(self, obj: str) -> float | None:
+        """Metres `obj` would fall if let go now: from the bottom of its collision box to the
+        highest collision surface below it (`support_heights`); None when nothing is below.
+        Negative: it sinks into what is below."""
+        lo, _ = self._world_aabb(obj)
+        below = [h for h in self.support_heights(obj) if h is not None]
+        return float(lo[2] - max(below)) if below else None
+
+    def support_heights(self, obj: str, shift=(0.0, 0.0)) -> list[float | None]:
+        """Heights of the collision surfaces straight below a grid over the bottom of
+        `obj`'s collision box, moved by `shift` (x, y metres), past the robot and `obj` itself
+        (None where a ray meets nothing).
+
+        MuJoCo's `mj_ray` skips geoms drawn fully transparent, as robosuite draws many collision
+        geoms, so they are made opaque for the rays and restored after (nothing else reads them
+        in the physics loop).
+        """
+        lo, hi = self._world_aabb(obj)
+        m = self.model
+        colliding = (m.geom_contype != 0) | (m.geom_conaffinity != 0)
+        alpha = m.geom_rgba[:, 3].copy()
+        m.geom_rgba[colliding, 3] = 1.0
+        skip = self._geoms[obj] | self._hand
+        # Rays at most RAY_SPACING apart: no thinner wall passes between them unseen.
+        inset = np.minimum(0.05 * (hi[:2] - lo[:2]), 0.003)
+        grid = [
+            np.linspace(
+                lo[i] + inset[i],
+                hi[i] - inset[i],
+                int(np.ceil((hi[i] - lo[i]) / RAY_SPACING)) + 1,
+            )
+            + shift[i]
+            for i in (0, 1)
+        ]
+        heights: list[float | None] = []
+        hit = np.zeros(1, dtype=np.int32)
+        down = np.array([0.0, 0.0, -1.0])
+        try:
+            for x in grid[0]:
+                for y in grid[1]:
+                    # From a little above the bottom: a ray starting inside a geom (an object
+                    # sunk a millimetre into its support) misses that geom's near face.
+                    z, height = float(lo[2]) + RAY_LIFT, None
+                    for _ in range(8):  # through robot, own and non-colliding geoms
+                        dist = mujoco.mj_ray(
+                            m, self.data, np.array([x, y, z]), down, None, 1, -1, hit
+                        )
+                        if dist < 0:
+                            break
+                        g = int(hit[0])
+                        z -= dist
+                        if (
+                            colliding[g]
+                            and g not in skip
+                            and not self._robot_body(m.geom_bodyid[g])
+                        ):
+                            height = z
+                            break
+                        z -= 1e-4
+                    heights.append(height)
+        finally:
+            m.geom_rgba[:, 3] = alpha
+        return heights
+
+    def place_shift(self, obj: str, reach: float, step: float) -> np.ndarray | None:
+        """The smallest horizontal move (x, y metres, at most `reach`) after which everything
+        below `obj` is one flat surface (within FLAT m), the one most of it is over now: an
+        object released over a divider or another object's edge would land tilted. A zero move
+        when it is flat already; None when no move within `reach` makes it so."""
+        now = [h for h in self.support_heights(obj) if h is not None]
+        if not now:
+            return None
+        # The surface most of the footprint is over now (ties: the higher).
+        target = max(now, key=lambda h: (sum(abs(o - h) < FLAT for o in now), h))
+
+        def flat(shift) -> bool:
+            heights = self.support_heights(obj, shift)
+            return all(h is not None and abs(h - target) < FLAT for h in heights)
+
+        if flat((0.0, 0.0)):
+            return np.zeros(2)
+        for radius in np.arange(step, reach + 1e-9, step):
+            for angle in np.arange(8) * (np.pi / 4):  # eight ways, nearest ring first
+                shift = radius * np.array([np.cos(angle), np.sin(angle)])
+                if flat(shift):
+                    return shift
+        return None
+
+    def resting(self, obj: str) -> bool:
+        """`obj` touches something other than the robot (it rests on, or leans against, it)."""
+        return any(
+            not self._robot_body(self.model.geom_bodyid[g])
+            for g in self._touching(self._geoms[obj]) - self._geoms[obj]
+        )
 
     def hand_geoms(self) -> set[int]:
         """Geom ids of the gripper's collision geoms (`hand` in `touching`)."""

@@ -326,6 +326,7 @@ ADDED_LATER: dict[str, object] = {
     "generation.plan_checks": 20000,
     "generation.grasp_approach": "auto",
     "generation.trim_pauses": True,
+    "generation.release": "auto",
     "subtasks[].skill": None,
 }
 

@@ -371,6 +371,13 @@ class GenerationSpec(_Strict):
         description="For transit: plan: steps of a skill window where the person paused (hand, "
         "fingers and objects still) are dropped, but the first two of each pause.",
     )
+    release: Literal["auto", "lower", "replay"] = Field(
+        "auto",
+        description="Where a held object is let go: lower first lowers the hand straight down "
+        "until what it holds rests on what is below it (or is within 5 mm of it), then opens, "
+        "so an object taller than the person's does not fall and topple; replay opens where "
+        "the demo did; auto is lower for transit: plan, replay otherwise.",
+    )
     transit_clearance: float = Field(
         0.08, ge=0.0, le=0.5, description="Metres above both poses, for transit: over."
     )

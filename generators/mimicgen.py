@@ -221,13 +221,20 @@ class _Rollout:
         self.retries, self.provenance = retries, provenance
         # A demo too long for the horizon can never give a success: the horizon filters sources.
         bridge = self.gen.interpolation_steps + self.gen.fixed_steps
-        fitting = [d for d in demos if _demo_span(d) + len(d.order) * bridge <= params.horizon]
+        planned = self.gen.transit == "plan"
+        fitting = [
+            d for d in demos if _demo_span(d, planned) + len(d.order) * bridge <= params.horizon
+        ]
         first = select_source(fitting or demos, 0, scene, self.params, rng)
         # Later picks follow the first source's subtask order: only demos with that order qualify.
         self.candidates = [d for d in demos if d.order == first.order]
         self.first, self.order = first, first.order
         self.last_target: np.ndarray | None = None
         self.held = {name: parse_predicate(f"grasped({name})") for name in self.params.objects}
+        # In the hand, for a release: touched by it (a firm grasp may leave one pad off).
+        self.touched = {
+            name: parse_predicate(f"touching(hand, {name})") for name in self.params.objects
+        }
         # Per subtask (spec index): the predicate that ended the segment executed for it, as its
         # source demo was cut (the spec's, or a push where the person never grasped).
         self.ended: dict[int, str | None] = {}
@@ -284,7 +291,9 @@ class _Rollout:
                 - self.gen.fixed_steps
             )
             fitting = [
-                d for d in self.candidates if _segment_length(d, position) <= room
+                d
+                for d in self.candidates
+                if _segment_length(d, position, self.gen.transit == "plan") <= room
             ] or self.candidates
             source = select_source(fitting, position, self.scene, self.params, self.rng)
         self.provenance["sources"].append(source.demo.label)
@@ -379,11 +388,78 @@ class _Rollout:
             self.provenance.setdefault("disturbed_in_transit", []).append(
                 {"subtask": index, "objects": moved}
             )
-        self._drive(targets, grip, gen.action_noise, last)
+        targets = self._drive_window(targets, grip, last, index)
         self.last_target = targets[-1]
         if not np.isfinite(self.scene.get_state()).all():
             return f"simulator unstable in subtask {index}"
         return ""
+
+    def _drive_window(self, targets: np.ndarray, grip: np.ndarray, last: bool, index: int):
+        """Drive a segment's targets; returns them as driven.
+
+        Under `release: lower`, where the hand opens on an object it holds, the object is put
+        down rather than dropped: a person may drop an object into a bin, and today's model of
+        it may be larger than theirs (PickPlace's cereal box lands across a divider and leans
+        on it). First the hand moves sideways, at most PLACE_REACH, until what is below the
+        object is one flat surface (`Scene.place_shift`); then, if it would fall further than
+        RELEASE_DROP, straight down until it rests on that surface or is RELEASE_GAP over it.
+        The rest of the window moves with it (provenance `placed`).
+        """
+        gen = self.gen
+        lower = gen.release == "lower" or (gen.release == "auto" and gen.transit == "plan")
+        k = _release_step(grip) if lower else None
+        if k is None:
+            self._drive(targets, grip, gen.action_noise, last)
+            return targets
+        self._drive(targets[:k], grip[:k], gen.action_noise, last=False)
+        held = [n for n, p in self.touched.items() if self.scene.holds(p)]
+        # What the hand holds, not what it leans on (a bin's wall).
+        held = [n for n in held if not self.scene.resting(n)]
+        if len(held) != 1:
+            self._drive(targets[k:], grip[k:], gen.action_noise, last)
+            return targets
+        name, hold = held[0], grip[k - 1 : k]
+        room = self.params.horizon - len(self.rec) - (len(targets) - k)
+        pose = targets[k - 1].copy()
+        shift = self.scene.place_shift(name, PLACE_REACH, PLACE_STEP)
+        moved = np.zeros(3)
+        if shift is not None and shift.any():
+            steps = int(np.ceil(np.linalg.norm(shift) / APPROACH_SPEED))
+            if steps <= room:
+                for step in range(1, steps + 1):
+                    moved[:2] = shift * step / steps
+                    way = pose.copy()
+                    way[:3, 3] += moved
+                    self._drive(way[None], hold, 0.0, last=False)
+                room -= steps
+        drop = self.scene.drop_height(name)
+        if drop is not None and drop > RELEASE_DROP:
+            steps = int(np.ceil((drop - RELEASE_GAP) / APPROACH_SPEED))
+            if steps <= room:
+                base = moved.copy()
+                for step in range(1, steps + 1):
+                    moved[2] = base[2] - (drop - RELEASE_GAP) * step / steps
+                    way = pose.copy()
+                    way[:3, 3] += moved
+                    self._drive(way[None], hold, 0.0, last=False)
+                    if self.scene.resting(name):
+                        break
+        if moved.any():
+            self.provenance.setdefault("placed", []).append(
+                {"subtask": index, "object": name, "moved": [round(float(v), 4) for v in moved]}
+            )
+        rest, opened = targets[k:].copy(), grip[k:]
+        # Open where it was put down, then back onto the person's way out (robosuite's PickPlace
+        # wants the hand 4 cm clear of every object at the end).
+        back = int(np.ceil(np.linalg.norm(moved) / APPROACH_SPEED))
+        pad = min(max(RELEASE_OPEN + back - len(rest), 0), max(room, 0))
+        if pad:
+            rest = np.concatenate([rest, np.repeat(rest[-1:], pad, axis=0)])
+            opened = np.concatenate([opened, np.repeat(opened[-1:], pad)])
+        weight = np.clip(1.0 - (np.arange(len(rest)) - RELEASE_OPEN) / max(back, 1), 0.0, 1.0)
+        rest[:, :3, 3] += weight[:, None] * moved
+        self._drive(rest, opened, gen.action_noise, last)
+        return np.concatenate([targets[:k], rest])
 
     def _straight_grasp(self, source, index, steps_replayed, span, targets, grip):
         """The grasp's targets from where the person closed the hand on (in `span`, the window's
@@ -517,6 +593,12 @@ class _Rollout:
         return predicate is None or self.scene.holds(predicate)
 
 
+# Metres (`_Rollout._drive_window`): a let-go that would drop the held object further than
+# RELEASE_DROP lowers it first, to RELEASE_GAP over what is below; before that the hand moves it
+# sideways up to PLACE_REACH (searched in PLACE_STEP rings) until it is over one flat surface.
+RELEASE_DROP, RELEASE_GAP = 0.02, 0.005
+PLACE_REACH, PLACE_STEP = 0.04, 0.005
+RELEASE_OPEN = 10  # control steps the hand stays where it let go, opening, before it goes back
 REACHED, REACH_STEPS = 0.005, 20  # metres, control steps: see _Rollout._reach
 NEAR = 0.01  # metres: a planned transit's goal this close to the hand needs no planning
 APPROACH_SPEED = 0.005  # metres a control step of a straight grasp approach (0.1 m/s)
@@ -575,14 +657,22 @@ def end_predicate(params: MimicGenParams, source: AnnotatedDemo, index: int) -> 
     return source.end_predicate(index, params.subtasks[index].ends_when)
 
 
-def _segment_length(demo: AnnotatedDemo, position: int) -> int:
-    start, end = demo.segment(position)
+def _release_step(grip: np.ndarray) -> int | None:
+    """The first step (> 0) where the gripper command turns from closing to opening."""
+    turns = np.flatnonzero((grip[:-1] > 0) & (grip[1:] <= 0))
+    return int(turns[0]) + 1 if len(turns) else None
+
+
+def _segment_length(demo: AnnotatedDemo, position: int, planned: bool = False) -> int:
+    """Steps of the demo a segment replays: its skill window only when transits are planned."""
+    start, end = demo.skill(position) if planned else demo.segment(position)
     return end - start
 
 
-def _demo_span(demo: AnnotatedDemo) -> int:
-    """Steps of the demo its segments replay (skipped steps and a trimmed tail do not count)."""
-    return sum(end - start for start, end in (demo.segment(p) for p in range(len(demo.order))))
+def _demo_span(demo: AnnotatedDemo, planned: bool = False) -> int:
+    """Steps of the demo its segments replay (skipped steps and a trimmed tail do not count;
+    under `transit: plan`, nor the person's approaches, which are planned instead)."""
+    return sum(_segment_length(demo, p, planned) for p in range(len(demo.order)))
 
 
 def _held_at_end(success: list[bool], steps: int) -> bool:

@@ -56,6 +56,7 @@ class GenerationParams:
     plan_checks: int = 20000  # collision checks per planned transit at most
     trim_pauses: bool = True  # transit: plan drops the person's pauses inside skill windows
     grasp_approach: str = "auto"  # transit: plan: "auto", "straight" (the hand's axis) or "replay"
+    release: str = "auto"  # "lower" (down onto what is below, then open), "replay" or "auto"
 
 
 @dataclass(frozen=True)

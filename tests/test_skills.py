@@ -229,3 +229,27 @@ def test_a_skill_window_given_in_the_spec_is_replayed_as_given(tmp_path):
     for demo in resolved.demos:
         assert demo.skill(0) == (130, 150), demo.demo.label  # both ends, in every demo
         assert demo.skill(1)[1] == demo.segment(1)[1]  # the other subtask: found, not given
+
+
+@pytest.mark.sim
+def test_planned_transits_count_only_skill_windows_against_the_horizon():
+    """Under `transit: plan` a person's approach is not replayed, so a demo with a long detour
+    (the 1,143-step Lift demo) still fits a 300-step horizon: every Lift human demo does."""
+    from factory.resolve import resolve_spec
+    from factory.spec import load_spec
+    from generators.mimicgen import _demo_span
+
+    from tests.conftest import SPECS
+
+    spec = load_spec(SPECS / "lift_img_human.yaml", {"cameras": []})
+    resolved = resolve_spec(spec)
+    try:
+        gen, horizon = resolved.params.generation, resolved.params.horizon
+        bridge = gen.interpolation_steps + gen.fixed_steps
+        whole = [_demo_span(d) + len(d.order) * bridge for d in resolved.demos]
+        skills = [_demo_span(d, planned=True) + len(d.order) * bridge for d in resolved.demos]
+        assert all(s < w for s, w in zip(skills, whole, strict=True))
+        assert sum(w <= horizon for w in whole) < len(whole)  # the whole demos do not all fit
+        assert all(s <= horizon for s in skills)
+    finally:
+        resolved.scene.env.close()
