@@ -673,6 +673,10 @@ class Scene:
                     return shift
         return None
 
+    def is_free(self, obj: str) -> bool:
+        """`obj` moves freely (a free joint): it can be carried, unlike a fixture or a door."""
+        return self._is_free(self.bodies[obj])
+
     def resting(self, obj: str) -> bool:
         """`obj` touches something other than the robot (it rests on, or leans against, it)."""
         return any(

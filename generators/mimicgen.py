@@ -402,7 +402,7 @@ class _Rollout:
         it may be larger than theirs (PickPlace's cereal box lands across a divider and leans
         on it). First the hand moves sideways, at most PLACE_REACH, until what is below the
         object is one flat surface (`Scene.place_shift`); then, if it would fall further than
-        RELEASE_DROP, straight down until it rests on that surface or is RELEASE_GAP over it.
+        RELEASE_DROP (and at most RELEASE_MAX), straight down until it is RELEASE_GAP over it.
         The rest of the window moves with it (provenance `placed`).
         """
         gen = self.gen
@@ -413,8 +413,11 @@ class _Rollout:
             return targets
         self._drive(targets[:k], grip[:k], gen.action_noise, last=False)
         held = [n for n, p in self.touched.items() if self.scene.holds(p)]
-        # What the hand holds, not what it leans on (a bin's wall).
-        held = [n for n in held if not self.scene.resting(n)]
+        # What the hand holds: a free body (not a bin's wall it brushes); of several it touches,
+        # the one not resting on anything.
+        held = [n for n in held if self.scene.is_free(n)]
+        if len(held) > 1:
+            held = [n for n in held if not self.scene.resting(n)]
         if len(held) != 1:
             self._drive(targets[k:], grip[k:], gen.action_noise, last)
             return targets
@@ -433,7 +436,7 @@ class _Rollout:
                     self._drive(way[None], hold, 0.0, last=False)
                 room -= steps
         drop = self.scene.drop_height(name)
-        if drop is not None and drop > RELEASE_DROP:
+        if drop is not None and RELEASE_DROP < drop <= RELEASE_MAX:
             steps = int(np.ceil((drop - RELEASE_GAP) / APPROACH_SPEED))
             if steps <= room:
                 base = moved.copy()
@@ -442,7 +445,8 @@ class _Rollout:
                     way = pose.copy()
                     way[:3, 3] += moved
                     self._drive(way[None], hold, 0.0, last=False)
-                    if self.scene.resting(name):
+                    below = self.scene.drop_height(name)
+                    if below is None or below <= RELEASE_GAP:
                         break
         if moved.any():
             self.provenance.setdefault("placed", []).append(
@@ -597,6 +601,7 @@ class _Rollout:
 # RELEASE_DROP lowers it first, to RELEASE_GAP over what is below; before that the hand moves it
 # sideways up to PLACE_REACH (searched in PLACE_STEP rings) until it is over one flat surface.
 RELEASE_DROP, RELEASE_GAP = 0.02, 0.005
+RELEASE_MAX = 0.25  # metres: further down than this is no support the person meant (the floor)
 PLACE_REACH, PLACE_STEP = 0.04, 0.005
 RELEASE_OPEN = 10  # control steps the hand stays where it let go, opening, before it goes back
 REACHED, REACH_STEPS = 0.005, 20  # metres, control steps: see _Rollout._reach
