@@ -13,7 +13,8 @@
                 reader of the store never sees a shard listed before it is there
 
 Resume: a shard listed in the store's manifest counts as done when the store holds an object of
-the listed size (its sha256 would take a download; `factory verify URL` checks it). A driver
+the listed size and sha256 (hashed as it streams, once per ETag: shards.remote.stored_shard_ok),
+so a damaged object, even one of the right size, is redone. A driver
 killed between two syncs loses the commits since the last one: those shards are redone, with the
 same bytes (shards are deterministic). One driver per dataset: the lock is on the local copy,
 so two drivers on two machines writing the same URL are not stopped (do not do that).
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from shards import ShardInfo
 from shards.format import SHARDS_DIRNAME
-from shards.remote import CACHE_ENV, Mirror, pull_metadata
+from shards.remote import CACHE_ENV, Mirror, pull_metadata, stored_shard_ok
 from shards.stats import sidecar_path
 from shards.store import STORE_RETRY_ENV, Store
 
@@ -60,8 +61,8 @@ class StoredDataset:
         self._next_sync = 0.0
 
     def shard_stored(self, info: ShardInfo) -> bool:
-        """True when the store holds the shard at its listed size."""
-        return self.store.size(f"{SHARDS_DIRNAME}/{info.name}") == info.bytes
+        """True when the store holds the shard with its listed size and sha256."""
+        return stored_shard_ok(self.store, info)
 
     def fetch_sidecar(self, info: ShardInfo) -> None:
         """Bring a finished shard's statistics sidecar into the local copy (for the driver's
