@@ -139,18 +139,32 @@ def _copy_local(dataset: Path, into: Path, shards: bool) -> bool:
         for path in sorted(dataset.iterdir()):
             if path.is_dir() and not path.name.startswith("."):
                 if path.name == SHARDS_DIRNAME:
-                    _link_files(path, into / SHARDS_DIRNAME)
+                    _link_files(path, into / SHARDS_DIRNAME, _in_flight(dataset, into))
                 else:  # the texture bank, written once per dataset
                     (into / path.name).symlink_to(path.resolve(), target_is_directory=True)
     return _stamps(dataset) == before
 
 
-def _link_files(source: Path, target: Path) -> None:
+def _in_flight(dataset: Path, into: Path) -> set[str] | None:
+    """While a run is writing: the stems of the shards the snapshot's manifest lists (a shard a
+    worker has just finished is no part of the dataset yet, nor a stray); else None (every file:
+    a stray left by a killed run is for `verify` to flag)."""
+    if _writer(dataset) is None:
+        return None
+    try:
+        return {info.name.removesuffix(".tar") for info in load_manifest(into).shards}
+    except (DatasetError, OSError, UnicodeDecodeError):
+        return None
+
+
+def _link_files(source: Path, target: Path, stems: set[str] | None = None) -> None:
     target.mkdir()
     hard = True
     for path in sorted(source.iterdir()):
         if path.name.startswith(".") or not path.is_file():
             continue  # a worker's temporary shard
+        if stems is not None and path.name.split(".", 1)[0] not in stems:
+            continue
         if hard:
             try:
                 os.link(path, target / path.name)

@@ -50,7 +50,7 @@ _WRITER = textwrap.dedent(
 
 
 @pytest.fixture
-def built(tmp_path):
+def tiny(tmp_path):
     return build_dataset(tmp_path / "tiny")
 
 
@@ -71,48 +71,48 @@ def _one_line(capsys) -> str:
     return err[0]
 
 
-def test_readers_of_a_dataset_a_run_is_writing_say_so_in_one_line(built, capsys, tmp_path):
-    before = {p.name: p.read_bytes() for p in built.path.iterdir() if p.is_file()}
-    writer = _start_writer(built.path)
+def test_readers_of_a_dataset_a_run_is_writing_say_so_in_one_line(tiny, capsys, tmp_path):
+    before = {p.name: p.read_bytes() for p in tiny.path.iterdir() if p.is_file()}
+    writer = _start_writer(tiny.path)
     try:
         for command in (
-            ["verify", str(built.path)],
-            ["export", str(built.path), "--to", "robomimic", str(tmp_path / "x.hdf5")],
+            ["verify", str(tiny.path)],
+            ["export", str(tiny.path), "--to", "robomimic", str(tmp_path / "x.hdf5")],
         ):
             assert main(command) == 2
             line = _one_line(capsys)
-            assert line.startswith(f"error: {built.path}: a `factory run` is writing this dataset")
+            assert line.startswith(f"error: {tiny.path}: a `factory run` is writing this dataset")
             assert f"pid {writer.pid}" in line
         with pytest.raises(DatasetError, match="is writing this dataset"):
-            make_loader(built.path, normalization="none")
+            make_loader(tiny.path, normalization="none")
         # the snapshot `inspect` reads holds what the run has committed so far
-        with reading(built.path, shards=False, partial=True) as snapshot:
+        with reading(tiny.path, shards=False, partial=True) as snapshot:
             assert "shard-000099.tar" in load_manifest(snapshot).by_name()
     finally:
         writer.stdin.close()
         writer.wait(timeout=60)
     assert not (tmp_path / "x.hdf5").exists()
     # the writer stopped without folding its journal in: the way out, in one line
-    assert main(["verify", str(built.path)]) == 2
+    assert main(["verify", str(tiny.path)]) == 2
     assert "stopped before it finished" in _one_line(capsys)
-    assert {p.name: p.read_bytes() for p in built.path.iterdir() if p.is_file()} == {
+    assert {p.name: p.read_bytes() for p in tiny.path.iterdir() if p.is_file()} == {
         **before,
-        "journal.jsonl": (built.path / "journal.jsonl").read_bytes(),
-        ".lock": (built.path / ".lock").read_bytes(),
+        "journal.jsonl": (tiny.path / "journal.jsonl").read_bytes(),
+        ".lock": (tiny.path / ".lock").read_bytes(),
     }  # readers wrote nothing, and left nothing behind
 
 
-def test_a_reader_names_the_dataset_not_its_snapshot(built, capsys):
-    (built.path / "stats.json").write_text("{not json")
-    assert main(["verify", str(built.path)]) == 2
+def test_a_reader_names_the_dataset_not_its_snapshot(tiny, capsys):
+    (tiny.path / "stats.json").write_text("{not json")
+    assert main(["verify", str(tiny.path)]) == 2
     err = capsys.readouterr().err
-    assert "snapshot-" not in err and f"{built.path}/stats.json" in err
+    assert "snapshot-" not in err and f"{tiny.path}/stats.json" in err
 
 
-def test_snapshots_are_removed_when_the_reader_ends(built, capsys, monkeypatch, tmp_path):
+def test_snapshots_are_removed_when_the_reader_ends(tiny, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path / "cache"))
-    assert main(["verify", str(built.path)]) == 0
-    assert sum(1 for _ in make_loader(built.path, normalization="none")) > 0
+    assert main(["verify", str(tiny.path)]) == 0
+    assert sum(1 for _ in make_loader(tiny.path, normalization="none")) > 0
     assert list((tmp_path / "cache" / "readers").iterdir()) == []
 
 
@@ -135,10 +135,10 @@ def _upload(local_dir: Path, url: str) -> Store:
 
 
 @pytest.mark.s3
-def test_the_stored_loader_checks_sha256_before_a_sample_is_yielded(s3_env, built):
+def test_the_stored_loader_checks_sha256_before_a_sample_is_yielded(s3_env, tiny):
     bucket = s3_env.make_bucket("flip")
     url = f"s3://{bucket}/tiny"
-    store = _upload(built.path, url)
+    store = _upload(tiny.path, url)
     name = "shards/shard-000000.tar"
     damaged = _flip_in_npy(store.read_bytes(name))
     assert len(damaged) == store.size(name)
@@ -150,20 +150,20 @@ def test_the_stored_loader_checks_sha256_before_a_sample_is_yielded(s3_env, buil
             yielded.append(int(item["episode"]))
     assert yielded == []  # shard 0 comes first: nothing of it reached training
     # the healthy shards still stream, checked, from the object cache
-    store.put_file(built.path / name, name)
+    store.put_file(tiny.path / name, name)
     assert sum(1 for _ in make_loader(url, action_horizon=2, normalization="none")) == sum(
-        built.steps().values()
+        tiny.steps().values()
     )
 
 
 @pytest.mark.s3
-def test_readers_never_touch_a_drivers_local_copy(s3_env, built, capsys):
+def test_readers_never_touch_a_drivers_local_copy(s3_env, tiny, capsys):
     bucket = s3_env.make_bucket("copy")
     url = f"s3://{bucket}/tiny"
-    _upload(built.path, url)
+    _upload(tiny.path, url)
     # the driver's copy as a running `factory run` holds it: files the store does not have yet
     driver = local_copy_dir(url)
-    shutil.copytree(built.path, driver, ignore=shutil.ignore_patterns("*.tar"))
+    shutil.copytree(tiny.path, driver, ignore=shutil.ignore_patterns("*.tar"))
     (driver / "journal.jsonl").write_text("")
     (driver / "generation.json").write_text('{"shards": {}}\n')
     before = {p.relative_to(driver): p.read_bytes() for p in driver.rglob("*") if p.is_file()}
