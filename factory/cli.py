@@ -863,7 +863,7 @@ def cmd_train_eval(args) -> int:
             else (lambda line: print(line, file=sys.stderr, flush=True))
         )
         report = train_eval(snapshot, resolved, config, log=log, save=args.save_policy)
-    report = json.loads(_shown(json.dumps(report)))  # the dataset's name, not the snapshot's
+    report = _shown_in(report)  # the dataset's name, not the snapshot's
     report["command"] = (
         "factory " + " ".join(sys.argv[1:]) if sys.argv[1:] else "factory train-eval"
     )
@@ -974,6 +974,17 @@ def _shown(text: str) -> str:
     from shards.snapshot import shown_as
 
     return shown_as(text)
+
+
+def _shown_in(value):
+    """`value` (a JSON document) with `_shown` applied to every string in it."""
+    if isinstance(value, str):
+        return _shown(value)
+    if isinstance(value, dict):
+        return {k: _shown_in(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shown_in(v) for v in value]
+    return value
 
 
 def _silence_stdout() -> None:

@@ -78,6 +78,8 @@ def test_readers_of_a_dataset_a_run_is_writing_say_so_in_one_line(tiny, capsys, 
         for command in (
             ["verify", str(tiny.path)],
             ["export", str(tiny.path), "--to", "robomimic", str(tmp_path / "x.hdf5")],
+            ["preview", str(tiny.path), "--out", str(tmp_path / "preview")],
+            ["train-eval", str(tiny.path), "--spec", str(tmp_path / "spec.yaml")],
         ):
             assert main(command) == 2
             line = _one_line(capsys)
@@ -91,7 +93,7 @@ def test_readers_of_a_dataset_a_run_is_writing_say_so_in_one_line(tiny, capsys, 
     finally:
         writer.stdin.close()
         writer.wait(timeout=60)
-    assert not (tmp_path / "x.hdf5").exists()
+    assert not (tmp_path / "x.hdf5").exists() and not (tmp_path / "preview").exists()
     # the writer stopped without folding its journal in: the way out, in one line
     assert main(["verify", str(tiny.path)]) == 2
     assert "stopped before it finished" in _one_line(capsys)
