@@ -1,9 +1,10 @@
 """What a reader of a dataset sees: a private, consistent snapshot, never a writer's files.
 
-    local DIR ──► READERS/<tmp>/ : DIR's small files copied (journal.jsonl up to its last whole
-                  line), the other folders and every file in shards/ linked (a hard link keeps
-                  the bytes the snapshot saw even when a writer replaces the file; else a
-                  symbolic link); taken again while a file changed during the copy
+    local DIR ──► READERS/<tmp>/ : DIR's small files hard-linked (writers replace them whole,
+                  so a link keeps the bytes the snapshot saw; copied on another file system),
+                  journal.jsonl copied up to its last whole line, the other folders and every
+                  file in shards/ linked (hard, else symbolic); taken again while a file
+                  changed during the copy
     store URL ──► READERS/<tmp>/ : the small objects pulled (`pull_metadata`, never into the
                   local copy a driver uses), manifest.json and journal.jsonl read before and
                   after; shards linked from the object cache (content-addressed, each checked
@@ -46,6 +47,7 @@ from shards.manifest import load_manifest
 
 GENERATION_FILENAME = "generation.json"  # factory.output_dir's; this module stays below factory/
 LOCK_FILENAME = ".lock"
+_PREFIX = "snapshot-"  # then host-pid-random: a killed reader's is removed by the next reader
 WAIT_S = 10.0  # a run folding its journal in rewrites four files: well under a second measured
 _FIRST_WAIT_S, _MAX_WAIT_S = 0.05, 0.5
 
@@ -87,7 +89,10 @@ def reading(
     text = os.fspath(location)
     root = readers_root()
     root.mkdir(parents=True, exist_ok=True)
-    into = Path(tempfile.mkdtemp(prefix="snapshot-", dir=root))
+    _remove_orphans(root)
+    into = Path(
+        tempfile.mkdtemp(prefix=f"{_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=root)
+    )
     _SHOWN[str(into)] = text.rstrip("/")
     try:
         if is_remote(text):
@@ -97,6 +102,25 @@ def reading(
         yield into
     finally:
         shutil.rmtree(into, ignore_errors=True)
+
+
+def _remove_orphans(root: Path) -> None:
+    """Remove the snapshots of readers on this host that ended without removing theirs (killed)."""
+    host = socket.gethostname()
+    for path in root.glob(f"{_PREFIX}{host}-*-*"):
+        pid = path.name[len(_PREFIX) + len(host) + 1 :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's
+        return True
+    return True
 
 
 # ---------------------------------------------------------------- local
@@ -127,14 +151,23 @@ def _stamps(dataset: Path) -> dict[str, tuple[int, int, int]]:
 def _copy_local(dataset: Path, into: Path, shards: bool) -> bool:
     """Copy once; True when no file changed meanwhile."""
     before = _stamps(dataset)
+    hard = True
     for name in sorted(before):
         source, target = dataset / name, into / name
         with suppress(FileNotFoundError):  # replaced meanwhile: the stamps differ, taken again
             if name == JOURNAL_FILENAME:  # appended in place: only its whole lines
                 with open(source, "rb") as f:
                     target.write_bytes(f.read(committed_length(source)))
-            else:
-                shutil.copyfile(source, target)
+                continue
+            if hard:  # writers replace these files whole (a new inode): a link is a snapshot
+                try:
+                    os.link(source, target)
+                    continue
+                except FileNotFoundError:
+                    raise
+                except OSError:  # another file system, or not ours (protected hard links)
+                    hard = False
+            shutil.copyfile(source, target)
     if shards:
         for path in sorted(dataset.iterdir()):
             if path.is_dir() and not path.name.startswith("."):
@@ -189,13 +222,7 @@ def _writer(dataset: Path) -> str | None:
         return None
     if words[3] != socket.gethostname():
         return holder  # another machine's: it may be running
-    try:
-        os.kill(int(words[1]), 0)
-    except ProcessLookupError:
-        return None
-    except OSError:  # alive, another user's
-        pass
-    return holder if _holds_lock(dataset) else None
+    return holder if _alive(int(words[1])) and _holds_lock(dataset) else None
 
 
 def _holds_lock(dataset: Path) -> bool:

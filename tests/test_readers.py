@@ -10,6 +10,7 @@ tests/test_local_and_store.py.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -113,6 +114,17 @@ def test_a_reader_names_the_dataset_not_its_snapshot(tiny, capsys):
 
 def test_snapshots_are_removed_when_the_reader_ends(tiny, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path / "cache"))
+    # a reader killed outright leaves its snapshot: the next reader removes it
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    orphan = (
+        tmp_path / "cache" / "readers" / f"snapshot-{socket.gethostname()}-{ended.stdout.strip()}-x"
+    )
+    (orphan / "shards").mkdir(parents=True)
     assert main(["verify", str(tiny.path)]) == 0
     assert sum(1 for _ in make_loader(tiny.path, normalization="none")) > 0
     assert list((tmp_path / "cache" / "readers").iterdir()) == []
