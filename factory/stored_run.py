@@ -1,7 +1,8 @@
 """The driver's side of `factory run --out s3://bucket/prefix` (any fsspec URL).
 
     start   ──► Store(url): bucket and credentials checked (one line, exit 2, before any work)
-            ──► pull_metadata: the dataset's small files into its local copy
+            ──► its local copy locked (DIR/.lock, as a local run's), then pull_metadata: the
+                dataset's small files into it
                 (shards.remote.local_copy_dir); the run then decides, resumes and records
                 there exactly as for a local --out
     workers ──► write each shard to their own staging folder and put it in the store
@@ -26,9 +27,10 @@ import os
 import time
 from pathlib import Path
 
+from factory.errors import UserError
 from shards import ShardInfo
 from shards.format import SHARDS_DIRNAME
-from shards.remote import CACHE_ENV, Mirror, pull_metadata, stored_shard_ok
+from shards.remote import CACHE_ENV, Mirror, local_copy_dir, pull_metadata, stored_shard_ok
 from shards.stats import sidecar_path
 from shards.store import STORE_RETRY_ENV, Store
 
@@ -55,10 +57,35 @@ class StoredDataset:
     def __init__(self, url: str):
         self.url = url.rstrip("/")
         self.store = Store(self.url)
-        self.local = pull_metadata(self.store)
-        self.mirror = Mirror(self.store, self.local)
-        self.mirror.adopt()
+        self.local = local_copy_dir(self.url)
+        self._lock = None
         self._next_sync = 0.0
+
+    def __enter__(self) -> StoredDataset:
+        """Lock the local copy (one driver a dataset on this machine), then pull into it: the
+        copy is this driver's alone from here on (readers never use it: shards.snapshot)."""
+        from factory.run import lock_output_dir
+
+        try:
+            self.local.mkdir(parents=True, exist_ok=True)
+            self._lock = lock_output_dir(self.local)
+        except OSError as err:
+            raise UserError(
+                f"{self.url}: cannot create its local copy {self.local} ({err.strerror})"
+            ) from None
+        except UserError as err:  # another driver: named by the URL the user gave
+            raise UserError(str(err).replace(str(self.local), self.url)) from None
+        try:
+            pull_metadata(self.store, self.local)
+            self.mirror = Mirror(self.store, self.local)
+            self.mirror.adopt()
+        except BaseException:
+            self._lock.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.close()
 
     def shard_stored(self, info: ShardInfo) -> bool:
         """True when the store holds the shard with its listed size and sha256."""

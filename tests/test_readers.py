@@ -187,3 +187,42 @@ def test_readers_never_touch_a_drivers_local_copy(s3_env, tiny, capsys):
     assert {p.relative_to(driver): p.read_bytes() for p in driver.rglob("*") if p.is_file()} == (
         before
     )
+
+
+_DRIVER = textwrap.dedent(
+    """
+    import sys
+    from factory.stored_run import StoredDataset
+
+    with StoredDataset(sys.argv[1]) as stored:
+        (stored.local / "journal.jsonl").write_text("")  # committed here, not synced yet
+        print("driving", flush=True)
+        sys.stdin.read()
+    """
+)
+
+
+@pytest.mark.s3
+def test_a_second_driver_of_a_url_leaves_the_first_ones_copy_alone(
+    s3_env, tiny, tiny_lift_spec, capsys
+):
+    bucket = s3_env.make_bucket("drivers")
+    url = f"s3://{bucket}/tiny"
+    _upload(tiny.path, url)
+    first = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout.readline().strip() == "driving"
+        copy = local_copy_dir(url)
+        before = {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()}
+        assert main(["run", str(tiny_lift_spec), "--out", url, "--no-progress"]) == 2
+        line = _one_line(capsys)
+        assert line.startswith(f"error: {url}: another `factory run` is writing this dataset")
+        assert {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()} == before
+    finally:
+        first.stdin.close()
+        first.wait(timeout=60)
