@@ -88,7 +88,11 @@ def reading(
 
     text = os.fspath(location)
     root = readers_root()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: the system's temporary folder
+        root = Path(tempfile.gettempdir()) / "demofactory-readers"
+        root.mkdir(parents=True, exist_ok=True)
     _remove_orphans(root)
     into = Path(
         tempfile.mkdtemp(prefix=f"{_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=root)
