@@ -419,25 +419,16 @@ def _dataset_location(text: str) -> Path | str:
     return text if is_remote(text) else Path(text)
 
 
-def _local_dataset(location: Path | str, *, shards: bool = True, fresh: bool = False) -> Path:
-    """`location` as a local directory: a stored dataset is pulled into its local copy
-    (shards.remote; `shards=False`: only its top-level files, not the per-shard ones; `fresh`:
-    every shard downloaded again, even one whose local copy matches the manifest), which readers
-    then use as usual."""
-    if isinstance(location, Path):
-        return location
-    from tqdm import tqdm
+def _reading(location: Path | str, *, shards: bool = True, fresh: bool = False, partial=False):
+    """A reader's private snapshot of the dataset at `location`, a folder or a store's URL
+    (shards.snapshot: never the files a writer is changing, nor a driver's local copy; a run
+    writing it is one line). `shards=False`: its top-level files only; `fresh`: a stored
+    dataset's shards downloaded again (what the store holds now); `partial`: a run's committed
+    shards read as far as its journal goes (`inspect`). Messages name `location`, not the
+    snapshot (`_main`)."""
+    from shards.snapshot import reading
 
-    from shards.remote import local_copy_dir, pull_dataset, pull_metadata
-    from shards.store import Store
-
-    store = Store(location)
-    if not shards:
-        return pull_metadata(store, folders=("",))  # what `inspect` reads; O(1) in shards
-    with tqdm(desc=f"pulling {location}", unit="shard", file=sys.stderr, leave=False) as bar:
-        local = pull_dataset(store, on_shard=lambda name, fetched: bar.update(), fresh=fresh)
-    print(f"{location}: local copy in {local_copy_dir(location)}", file=sys.stderr)
-    return local
+    return reading(location, shards=shards, fresh=fresh, partial=partial)
 
 
 def _control(note: str) -> str:
@@ -677,16 +668,19 @@ def cmd_run(args) -> int:
 def cmd_preview(args) -> int:
     from factory.preview import PREVIEW_DIRNAME, preview
 
-    args.dataset = _local_dataset(args.dataset)
-    if args.failures:
-        from factory.failures import render_failures
-        from factory.output_dir import require_dataset_info
+    if args.out is None and isinstance(args.dataset, str):  # a URL: the snapshot goes
+        raise UserError(f"{args.dataset}: --out: a stored dataset's preview needs --out DIR")
+    out = args.out or args.dataset / PREVIEW_DIRNAME  # the dataset's folder, not the snapshot
+    with _reading(args.dataset) as snapshot:
+        if args.failures:
+            from factory.failures import render_failures
+            from factory.output_dir import require_dataset_info
 
-        info = require_dataset_info(args.dataset)
-        out = (args.out or args.dataset / PREVIEW_DIRNAME) / "failures.png"
-        print(f"failures: {render_failures(args.dataset, info, out, args.episodes)}")
-        return 0
-    written = preview(args.dataset, args.out, episodes=args.episodes)
+            info = require_dataset_info(snapshot)
+            written = render_failures(snapshot, info, out / "failures.png", args.episodes)
+            print(f"failures: {written}")
+            return 0
+        written = preview(snapshot, out, episodes=args.episodes)
     print(f"contact sheet: {written['contact_sheet']}")
     for video in written["videos"]:
         print(f"video: {video}")
@@ -709,7 +703,8 @@ def cmd_export(args) -> int:
         check_can_create(args.out, "out")
     else:
         _check_output_file(args.out, "out")
-    summary = export(_local_dataset(args.dataset), args.out, **options)
+    with _reading(args.dataset) as snapshot:
+        summary = export(snapshot, args.out, **options)
     print(
         json.dumps(
             {k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}, default=str
@@ -721,30 +716,27 @@ def cmd_export(args) -> int:
 def cmd_verify(args) -> int:
     from factory.output_dir import load_generation, require_dataset_info
     from shards.format import DatasetError
+    from shards.snapshot import shown_as
     from shards.verify import verify_dataset
 
-    shown = str(args.dataset)
-    args.dataset = _local_dataset(args.dataset, fresh=True)  # what the store holds now
-    require_dataset_info(args.dataset)  # like inspect and run: a folder without it is no dataset
-    if not (args.dataset / "manifest.json").is_file():
-        raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
-    problems = verify_dataset(args.dataset)
-    try:
-        load_generation(args.dataset)
-    except (DatasetError, UnicodeDecodeError) as err:  # UnicodeDecodeError: a binary file
-        problems.append(str(err))
-    if (args.dataset / "textures").is_dir():  # a generative texture bank (appearance.textures.bank)
-        from generators.texture_bank import verify_texture_bank
+    shown = str(args.dataset).rstrip("/")
+    with _reading(args.dataset, fresh=True) as dataset:  # a store's: what it holds now
+        require_dataset_info(dataset)  # like inspect and run: a folder without it is no dataset
+        if not (dataset / "manifest.json").is_file():
+            raise UserError(f"{dataset}: not a dataset (no manifest.json)")
+        problems = verify_dataset(dataset)
+        try:
+            load_generation(dataset)
+        except (DatasetError, UnicodeDecodeError) as err:  # UnicodeDecodeError: a binary file
+            problems.append(str(err))
+        if (dataset / "textures").is_dir():  # a generative texture bank
+            from generators.texture_bank import verify_texture_bank
 
-        problems += [
-            line.removeprefix(f"{args.dataset}/") for line in verify_texture_bank(args.dataset)
-        ]
+            problems += [line.removeprefix(f"{dataset}/") for line in verify_texture_bank(dataset)]
+        problems = [shown_as(line).removeprefix(f"{shown}/") for line in problems]
     if problems:
-        for line in problems:  # some already name the file in full
-            print(
-                line if line.startswith(f"{args.dataset}/") else f"{args.dataset}/{line}",
-                file=sys.stderr,
-            )
+        for line in problems:  # named in the dataset, not in the snapshot
+            print(f"{shown}/{line}", file=sys.stderr)
         print(f"error: {shown}: {len(problems)} problem(s) found", file=sys.stderr)
         return 2
     print(f"ok: {shown}: every shard, episode and statistic matches")
@@ -754,19 +746,22 @@ def cmd_verify(args) -> int:
 def cmd_inspect(args) -> int:
     from factory.report import format_summary, summarize
 
-    args.dataset = _local_dataset(args.dataset, shards=False)
-    summary = summarize(args.dataset)
-    if args.plot is not None:  # checked before anything is printed
-        from factory.adr import plot_adr
-        from factory.output_dir import load_generation
+    # partial: a running `factory run`'s committed shards so far (manifest and generation.json
+    # with its journal applied agree; inspect reads nothing else)
+    with _reading(args.dataset, shards=False, partial=True) as snapshot:
+        summary = summarize(snapshot)
+        summary["path"] = str(args.dataset)
+        if args.plot is not None:  # checked before anything is printed
+            from factory.adr import plot_adr
+            from factory.output_dir import load_generation
 
-        found = load_generation(args.dataset).get("adr")
-        if found is None:
-            raise UserError(
-                f"{args.dataset}: --plot: generation.json holds no ADR schedule "
-                "(the spec's generation.adr was off); expected a dataset made with it"
-            )
-        summary["adr_plot"] = str(plot_adr(found, args.plot))
+            found = load_generation(snapshot).get("adr")
+            if found is None:
+                raise UserError(
+                    f"{args.dataset}: --plot: generation.json holds no ADR schedule "
+                    "(the spec's generation.adr was off); expected a dataset made with it"
+                )
+            summary["adr_plot"] = str(plot_adr(found, args.plot))
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     if args.plot is not None and not args.json:
         print(f"adr plot: {summary['adr_plot']}")
@@ -853,21 +848,22 @@ def cmd_train_eval(args) -> int:
     except ValidationError as err:
         first = err.errors()[0]
         raise UserError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
-    args.dataset = _local_dataset(args.dataset)
-    if not (args.dataset / "manifest.json").is_file():
-        raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
-    for flag, path in (("--out", args.out), ("--save-policy", args.save_policy)):
-        if (
-            path is not None
-        ):  # up front: training and rollouts take minutes, and the report would be lost
-            _check_output_file(path, flag)
-    resolved = _load(args.spec)
-    log = (
-        (lambda line: None)
-        if args.quiet
-        else (lambda line: print(line, file=sys.stderr, flush=True))
-    )
-    report = train_eval(args.dataset, resolved, config, log=log, save=args.save_policy)
+    with _reading(args.dataset) as snapshot:  # trained on one consistent view, to the end
+        if not (snapshot / "manifest.json").is_file():
+            raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
+        for flag, path in (("--out", args.out), ("--save-policy", args.save_policy)):
+            if (
+                path is not None
+            ):  # up front: training and rollouts take minutes, and the report would be lost
+                _check_output_file(path, flag)
+        resolved = _load(args.spec)
+        log = (
+            (lambda line: None)
+            if args.quiet
+            else (lambda line: print(line, file=sys.stderr, flush=True))
+        )
+        report = train_eval(snapshot, resolved, config, log=log, save=args.save_policy)
+    report = _shown_in(report)  # the dataset's name, not the snapshot's
     report["command"] = (
         "factory " + " ".join(sys.argv[1:]) if sys.argv[1:] else "factory train-eval"
     )
@@ -952,7 +948,7 @@ def _main(args) -> int:
     try:
         return COMMANDS[args.command](args)
     except USER_FACING_ERRORS as err:
-        print(f"error: {user_message(err)}", file=sys.stderr)
+        print(f"error: {_shown(user_message(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
         print(
@@ -969,8 +965,26 @@ def _main(args) -> int:
             getattr(err, "strerror", None)
             or (str(err).strip().splitlines() or [type(err).__name__])[0]
         )
-        print(f"error: {where}{text}", file=sys.stderr)
+        print(f"error: {_shown(f'{where}{text}')}", file=sys.stderr)
         return 2
+
+
+def _shown(text: str) -> str:
+    """`text` naming datasets as the user did, not the private snapshots readers work on."""
+    from shards.snapshot import shown_as
+
+    return shown_as(text)
+
+
+def _shown_in(value):
+    """`value` (a JSON document) with `_shown` applied to every string in it."""
+    if isinstance(value, str):
+        return _shown(value)
+    if isinstance(value, dict):
+        return {k: _shown_in(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shown_in(v) for v in value]
+    return value
 
 
 def _silence_stdout() -> None:

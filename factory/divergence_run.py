@@ -141,19 +141,14 @@ def score_dataset(
     summary. Raises UserError/DatasetError before writing anything."""
     from factory.run import lock_output_dir
 
-    check_dataset_spec(dataset, spec)
-    physics, origin = divergence_ranges(spec, dataset, ranges)
-    source = load_source(dataset)
-    missing = [r.index for r in source.records if "placement" not in r.provenance]
-    if missing:
-        raise DatasetError(
-            f"{dataset}: episodes {missing[:5]} record no placement in their provenance; "
-            "expected episodes made by `factory run`"
-        )
+    _load_checked(dataset, spec, ranges)  # a first look, to refuse before the scene is built
     start = time.perf_counter()
     scene = Scene(spec)
     first = first_seed_demo(spec, scene)
     with lock_output_dir(dataset):
+        # Read again under the lock: the episodes it rewrites are those it read, and a
+        # `factory run` that extended the dataset since the first look would otherwise be undone.
+        source, physics, origin = _load_checked(dataset, spec, ranges)
         scores = _score_all(source, scene, first, physics, draws, show_progress)
         scores_s = time.perf_counter() - start
         for score in scores.values():
@@ -176,6 +171,21 @@ def score_dataset(
             "the float32 they are stored as?); errors are measured against the replay"
         )
     return summary
+
+
+def _load_checked(dataset: Path, spec: SceneSpec, ranges: Path | None):
+    """The dataset's episodes to score, and the physics ranges; a UserError/DatasetError
+    when the dataset and `spec` do not go together."""
+    check_dataset_spec(dataset, spec)
+    physics, origin = divergence_ranges(spec, dataset, ranges)
+    source = load_source(dataset)
+    missing = [r.index for r in source.records if "placement" not in r.provenance]
+    if missing:
+        raise DatasetError(
+            f"{dataset}: episodes {missing[:5]} record no placement in their provenance; "
+            "expected episodes made by `factory run`"
+        )
+    return source, physics, origin
 
 
 def _score_all(source, scene, first, physics, draws, show_progress) -> dict[int, dict]:

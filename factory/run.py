@@ -246,14 +246,27 @@ def run_dataset(
     A dataset never shrinks (fewer attempts, a lower --successes) nor changes kind (seed demos)
     unless `truncate`; what to do with `out_dir` is decided again under its lock.
     """
+    if not is_remote(str(out_dir)):
+        return _run_dataset(spec, Path(out_dir), None, workers, address, show_progress, truncate)
+    from factory.stored_run import StoredDataset
+
+    # the store checked first (a wrong URL costs no work); its local copy locked, then pulled:
+    # a second driver never overwrites the copy a first one is writing
+    with StoredDataset(str(out_dir)) as stored:
+        return _run_dataset(spec, stored.local, stored, workers, address, show_progress, truncate)
+
+
+def _run_dataset(
+    spec: SceneSpec,
+    out_dir: Path,
+    stored: StoredDataset | None,
+    workers: int | None,
+    address: str | None,
+    show_progress: bool,
+    truncate: bool,
+) -> Path:
     from cluster.runner import ClusterConfig, ShardCluster
 
-    stored = None
-    if is_remote(str(out_dir)):  # the store checked first: a wrong URL costs no work
-        from factory.stored_run import StoredDataset
-
-        stored = StoredDataset(str(out_dir))
-        out_dir = stored.local
     dest = stored.url if stored is not None else out_dir  # where workers put shards
     resuming = check_output_dir(out_dir, spec, truncate)  # a first look, to refuse early
     tasks = plan_shards(spec)
@@ -286,7 +299,7 @@ def run_dataset(
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise UserError(f"{out_dir}: --out: cannot create ({err.strerror})") from None
-        with lock_output_dir(out_dir):
+        with lock_output_dir(out_dir) if stored is None else contextlib.nullcontext():
             # Again, under the lock: another run may have written here since the first look.
             resuming = check_output_dir(out_dir, spec, truncate)
             _run_locked(

@@ -22,10 +22,11 @@ import numpy as np
 
 from factory.errors import SpecError, UserError
 from factory.language import episode_language, paint_objects
+from factory.output_dir import LOCK_FILENAME
 from factory.records import SeedDemo
 from factory.render import FrameRenderer
 from factory.resolve import Resolved
-from factory.run import dataset_info
+from factory.run import dataset_info, lock_output_dir
 from factory.sim import Scene
 from shards import (
     DatasetError,
@@ -43,8 +44,8 @@ def check_seeds_dir(out_dir: Path, fingerprint: str) -> None:
     """Refuse an output directory holding anything but this spec's seed dataset (rewritten)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: output path exists and is not a directory")
-    if not out_dir.exists() or not any(out_dir.iterdir()):
-        return
+    if not out_dir.exists() or all(p.name == LOCK_FILENAME for p in out_dir.iterdir()):
+        return  # new, empty, or what a seeds run that stopped at once leaves
     try:
         info = load_dataset_info(out_dir)
     except DatasetError as err:  # the same class, with the way out added
@@ -142,6 +143,13 @@ def write_seed_dataset(resolved: Resolved, out_dir: Path) -> dict:
     if not resolved.demos:
         raise UserError(f"{spec.path}: seed_demos: the spec lists no seed demo to write")
     check_recording_robot(spec, [d.demo for d in resolved.demos])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with lock_output_dir(out_dir):  # one writer a dataset, and the folder looked at again
+        check_seeds_dir(out_dir, spec.fingerprint())
+        return _write_locked(spec, scene, resolved, out_dir)
+
+
+def _write_locked(spec, scene, resolved: Resolved, out_dir: Path) -> dict:
     shards_dir(out_dir).mkdir(parents=True, exist_ok=True)
     info = dataset_info(spec, scene.state_size)
     info["source"] = SOURCE_MARK

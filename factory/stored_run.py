@@ -1,7 +1,8 @@
 """The driver's side of `factory run --out s3://bucket/prefix` (any fsspec URL).
 
     start   ──► Store(url): bucket and credentials checked (one line, exit 2, before any work)
-            ──► pull_metadata: the dataset's small files into its local copy
+            ──► its local copy locked (DIR/.lock, as a local run's), then pull_metadata: the
+                dataset's small files into it
                 (shards.remote.local_copy_dir); the run then decides, resumes and records
                 there exactly as for a local --out
     workers ──► write each shard to their own staging folder and put it in the store
@@ -13,7 +14,8 @@
                 reader of the store never sees a shard listed before it is there
 
 Resume: a shard listed in the store's manifest counts as done when the store holds an object of
-the listed size (its sha256 would take a download; `factory verify URL` checks it). A driver
+the listed size and sha256 (hashed as it streams, once per ETag: shards.remote.stored_shard_ok),
+so a damaged object, even one of the right size, is redone. A driver
 killed between two syncs loses the commits since the last one: those shards are redone, with the
 same bytes (shards are deterministic). One driver per dataset: the lock is on the local copy,
 so two drivers on two machines writing the same URL are not stopped (do not do that).
@@ -25,9 +27,10 @@ import os
 import time
 from pathlib import Path
 
+from factory.errors import UserError
 from shards import ShardInfo
 from shards.format import SHARDS_DIRNAME
-from shards.remote import CACHE_ENV, Mirror, pull_metadata
+from shards.remote import CACHE_ENV, Mirror, local_copy_dir, pull_metadata, stored_shard_ok
 from shards.stats import sidecar_path
 from shards.store import STORE_RETRY_ENV, Store
 
@@ -54,14 +57,39 @@ class StoredDataset:
     def __init__(self, url: str):
         self.url = url.rstrip("/")
         self.store = Store(self.url)
-        self.local = pull_metadata(self.store)
-        self.mirror = Mirror(self.store, self.local)
-        self.mirror.adopt()
+        self.local = local_copy_dir(self.url)
+        self._lock = None
         self._next_sync = 0.0
 
+    def __enter__(self) -> StoredDataset:
+        """Lock the local copy (one driver a dataset on this machine), then pull into it: the
+        copy is this driver's alone from here on (readers never use it: shards.snapshot)."""
+        from factory.run import lock_output_dir
+
+        try:
+            self.local.mkdir(parents=True, exist_ok=True)
+            self._lock = lock_output_dir(self.local)
+        except OSError as err:
+            raise UserError(
+                f"{self.url}: cannot create its local copy {self.local} ({err.strerror})"
+            ) from None
+        except UserError as err:  # another driver: named by the URL the user gave
+            raise UserError(str(err).replace(str(self.local), self.url)) from None
+        try:
+            pull_metadata(self.store, self.local)
+            self.mirror = Mirror(self.store, self.local)
+            self.mirror.adopt()
+        except BaseException:
+            self._lock.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.close()
+
     def shard_stored(self, info: ShardInfo) -> bool:
-        """True when the store holds the shard at its listed size."""
-        return self.store.size(f"{SHARDS_DIRNAME}/{info.name}") == info.bytes
+        """True when the store holds the shard with its listed size and sha256."""
+        return stored_shard_ok(self.store, info)
 
     def fetch_sidecar(self, info: ShardInfo) -> None:
         """Bring a finished shard's statistics sidecar into the local copy (for the driver's

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
@@ -66,6 +67,7 @@ from braceexpand import braceexpand
 from shards.embodiment_stats import load_embodiment_stats
 from shards.format import (
     ACTION_KEY,
+    MANIFEST_FILENAME,
     META_KEY,
     SHARDS_DIRNAME,
     SIM_STATE_KEY,
@@ -227,14 +229,16 @@ class ShardDataset(torch.utils.data.IterableDataset):
         """`shard_samples`: URL -> samples per the manifest, checked as each shard is read whole.
         `shard_infos`: URL -> its manifest entry; each such shard's size and sha256 are checked
         before its first sample is read (once per process), so a damaged one stops the loader
-        with a `DatasetError` naming it instead of reaching training."""
+        with a `DatasetError` naming it instead of reaching training. A store URL's shard is
+        read from the object cache, where it is checked as it lands (shards.remote.cached_shard):
+        hashing it as it streams would find the damage only after its samples were yielded."""
         super().__init__()
         if not urls:
             raise ValueError("ShardDataset needs at least one shard URL")
         self.urls = tuple(urls)
         self.shard_samples = dict(shard_samples or {})
         self.shard_infos = dict(shard_infos or {})
-        self._checked: set[str] = set()
+        self._checked: dict[str, str] = {}  # URL -> what to open: itself, or its cached copy
         self.config = config
         self.normalizer = normalizer
         self.embodiment_ids = dict(embodiment_ids or {})  # robot -> its id in every item
@@ -299,11 +303,13 @@ class ShardDataset(torch.utils.data.IterableDataset):
             return None
         return partial(perturb_episode, noise=noise, epoch=self.epoch)
 
-    def _check_shard(self, url: str) -> None:
+    def _check_shard(self, url: str) -> str:
         info = self.shard_infos.get(url)
-        if info is not None and url not in self._checked:
-            check_shard(Path(url).parent.parent, info)
-            self._checked.add(url)
+        if info is None:
+            return url
+        if url not in self._checked:
+            self._checked[url] = _checked_copy(url, info)
+        return self._checked[url]
 
     def _epoch_order(self) -> list[str]:
         # The same permutation in every rank and worker, so that the split stays a partition.
@@ -366,47 +372,40 @@ def make_loader(
                     stats.json has per-robot statistics (`embodiments`), each episode is
                     normalized with its own robot's
     """
-    urls, root, counts = resolve_shards(source)
-    info = load_dataset_info(root) if root is not None else None
-    config = LoaderConfig(
-        cameras=_resolve_cameras(cameras, info),
-        action_horizon=action_horizon,
-        normalization=normalization,
-        shuffle_buffer=shuffle_buffer,
-        seed=seed,
-        resampled=resampled,
-        epoch_length=epoch_length,
-        image_dtype=image_dtype,
-        extra_keys=tuple(extra_keys) if not isinstance(extra_keys, str) else extra_keys,
-        depth=_resolve_kind(depth, info, "depth"),
-        segmentation=_resolve_kind(segmentation, info, "segmentation"),
-        sensor_noise=resolve_sensor_noise(sensor_noise, info),
-        embodiment=_resolve_embodiment(embodiment, info),
-    )
-    loaded = None if normalization == "none" else _load_stats(stats, root)
-    infos = {}
-    if (
-        counts and root is not None
-    ):  # a dataset directory: its manifest says what each shard must be (a stored dataset's
-        # shards are not among these URLs: checking their sha256 would read each twice over the
-        # network; their sample counts are still checked as they are read)
-        infos = {str(shards_dir(root) / info.name): info for info in load_manifest(root).shards}
-    per_robot = {}
-    if loaded is not None:
-        per_robot = {
-            robot: DatasetStats(keys=keys, extra={})
-            for robot, keys in load_embodiment_stats(loaded.extra).items()
-        }
-    return ShardDataset(
-        urls,
-        config,
-        Normalizer(normalization, loaded, per_robot),
-        shard_samples=counts,
-        shard_infos=infos,
-        embodiment_ids={
-            r: int(e["id"]) for r, e in ((info or {}).get("embodiments") or {}).items()
-        },
-    )
+    with resolve_shards(source) as (urls, root, counts, infos):
+        info = load_dataset_info(root) if root is not None else None
+        config = LoaderConfig(
+            cameras=_resolve_cameras(cameras, info),
+            action_horizon=action_horizon,
+            normalization=normalization,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed,
+            resampled=resampled,
+            epoch_length=epoch_length,
+            image_dtype=image_dtype,
+            extra_keys=tuple(extra_keys) if not isinstance(extra_keys, str) else extra_keys,
+            depth=_resolve_kind(depth, info, "depth"),
+            segmentation=_resolve_kind(segmentation, info, "segmentation"),
+            sensor_noise=resolve_sensor_noise(sensor_noise, info),
+            embodiment=_resolve_embodiment(embodiment, info),
+        )
+        loaded = None if normalization == "none" else _load_stats(stats, root)
+        per_robot = {}
+        if loaded is not None:
+            per_robot = {
+                robot: DatasetStats(keys=keys, extra={})
+                for robot, keys in load_embodiment_stats(loaded.extra).items()
+            }
+        return ShardDataset(
+            urls,
+            config,
+            Normalizer(normalization, loaded, per_robot),
+            shard_samples=counts,
+            shard_infos=infos,
+            embodiment_ids={
+                r: int(e["id"]) for r, e in ((info or {}).get("embodiments") or {}).items()
+            },
+        )
 
 
 def _resolve_embodiment(embodiment: str | None, info: Mapping[str, Any] | None) -> str | None:
@@ -422,62 +421,75 @@ def _resolve_embodiment(embodiment: str | None, info: Mapping[str, Any] | None) 
     return embodiment
 
 
+@contextmanager
 def resolve_shards(
     source: str | os.PathLike | Sequence[str | os.PathLike],
-) -> tuple[list[str], Path | None, dict[str, int]]:
-    """Shard URLs of `source`, its dataset directory (None when the shards are not under one),
-    and, for a dataset directory, each URL's sample count from the manifest.
+) -> Iterator[tuple[list[str], Path | None, dict[str, int], dict[str, ShardInfo]]]:
+    """Shard URLs of `source`, the folder holding its dataset's small files (None when the
+    shards are not under one; for a dataset, a private snapshot of them, shards.snapshot, gone
+    when the context ends), and, for a dataset, each URL's sample count and manifest entry.
 
-    A dataset directory gives its manifest's shards that hold samples, in name order.
+    A dataset (a directory, or a store's URL) gives its manifest's shards that hold samples, in
+    name order; one a `factory run` is writing raises `DatasetBusy` (one line).
     """
     if isinstance(source, (str, os.PathLike)):
-        if not _has_scheme(os.fspath(source)) and Path(source).is_dir():
-            counts = _manifest_counts(Path(source))
-            return list(counts), Path(source), counts
-        if _is_dataset_url(os.fspath(source)):  # s3://bucket/prefix: its small files pulled,
-            return _stored_dataset(os.fspath(source))  # its shards streamed from the store
+        text = os.fspath(source)
+        if (not _has_scheme(text) and Path(source).is_dir()) or _is_dataset_url(text):
+            from shards.snapshot import reading
+
+            with reading(text, shards=False) as snapshot:
+                yield _dataset_shards(text, snapshot)
+            return
         sources = [source]
     else:
         sources = list(source)
     urls = [url for item in sources for url in braceexpand(os.fspath(item))]
     if not urls:
         raise ValueError(f"no shards in {source!r}")
-    return urls, _dataset_root(urls), {}
+    yield urls, _dataset_root(urls), {}, {}
 
 
 # ---------------------------------------------------------------- helpers
 
 
-def _manifest_counts(dataset_dir: Path) -> dict[str, int]:
-    manifest = load_manifest(dataset_dir)
-    counts = {
-        str(shards_dir(dataset_dir) / info.name): info.samples
-        for info in manifest.shards
-        if info.samples > 0
-    }
-    if not counts:
-        raise DatasetError(f"{dataset_dir}: manifest.json lists no shard with samples")
-    return counts
+def _dataset_shards(
+    location: str, snapshot: Path
+) -> tuple[list[str], Path, dict[str, int], dict[str, ShardInfo]]:
+    """A dataset's shards with samples, named where they are (DIR/shards/NAME, or the store's
+    URL of each), as its snapshot's manifest lists them."""
+    manifest = load_manifest(snapshot)
+    base = location.rstrip("/") if _has_scheme(location) else str(shards_dir(Path(location)))
+    if _has_scheme(location):
+        base = f"{base}/{SHARDS_DIRNAME}"
+    infos = {f"{base}/{info.name}": info for info in manifest.shards if info.samples > 0}
+    if not infos:
+        raise DatasetError(f"{location}: manifest.json lists no shard with samples")
+    counts = {url: info.samples for url, info in infos.items()}
+    return list(infos), snapshot, counts, infos
+
+
+def _checked_copy(url: str, info: ShardInfo) -> str:
+    """What to open for the shard at `url`, checked against its manifest entry (`info`): the
+    path itself (size and sha256 checked), or a store's shard's verified copy in the cache."""
+    if not _has_scheme(url):
+        check_shard(Path(url).parent.parent, info)
+        return url
+    from shards.remote import cached_shard
+    from shards.store import Store
+
+    root = url.rsplit("/", 2)[0]
+    cached = cached_shard(Store(root, check=False), info)
+    if cached is None:
+        raise DatasetError(
+            f"{url}: not the bytes {MANIFEST_FILENAME} lists (size or sha256 differ): the shard "
+            "changed after it was written (run factory verify; factory run redoes it)"
+        )
+    return str(cached)
 
 
 def _is_dataset_url(url: str) -> bool:
     # A URL that names a folder (no brace pattern, not a .tar) is a stored dataset's root.
     return _has_scheme(url) and not url.endswith(".tar") and "{" not in url
-
-
-def _stored_dataset(url: str) -> tuple[list[str], Path, dict[str, int]]:
-    """A dataset in object storage: its manifest, dataset_info and stats read from a local copy
-    (shards.remote.pull_metadata), its shards' URLs in the store."""
-    from shards.remote import pull_metadata
-    from shards.store import Store
-
-    store = Store(url)
-    local = pull_metadata(store)
-    counts = {
-        store.url_of(f"{SHARDS_DIRNAME}/{Path(path).name}"): n
-        for path, n in _manifest_counts(local).items()
-    }
-    return list(counts), local, counts
 
 
 def _has_scheme(url: str) -> bool:

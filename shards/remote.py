@@ -8,16 +8,24 @@
                                     against the manifest's size and sha256)
     local DIR   ──push───────────►  Store: a file the driver has just written, put whole
 
-Every reader of a dataset (`verify`, `inspect`, `preview`, `export`) works on a local
-directory; for a URL it works on the pulled copy, so none of them needs a second code path.
-The loader reads only the metadata locally and streams the shards from the store.
+Every reader of a dataset (`verify`, `inspect`, `preview`, `export`, the loader) works on a
+private snapshot (shards.snapshot): its small files pulled into a folder of its own, never into
+the local copy `factory run` uses (CACHE/stores/..., the driver's alone), its shards taken from
+the object cache:
 
-The cache is CACHE_ENV (default ~/.cache/demofactory)/stores; it is a copy: deleting it loses
-nothing, and a pull removes local files the store no longer has.
+    cached_shard(store, info) ──► CACHE/objects/<sha256>.tar: downloaded once, checked against
+                                  the manifest's sha256 (a damaged object is never cached)
+    stored_shard_ok(store, info) ──► the object's sha256 is the manifest's: hashed as it streams,
+                                  once per ETag (CACHE/verified/<sha256>: the ETags seen to hold
+                                  it; a rewritten object has a new ETag, and is hashed again)
+
+The cache is CACHE_ENV (default ~/.cache/demofactory); it is a copy: deleting it loses nothing,
+and a pull removes local files the store no longer has.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,14 +34,19 @@ from urllib.parse import urlparse
 from shards.format import SHARDS_DIRNAME
 from shards.manifest import load_manifest, verify_shard
 from shards.store import Store
+from shards.writer import ShardInfo, sha256_file
 
 CACHE_ENV = "DEMOFACTORY_CACHE"
 
 
+def cache_base() -> Path:
+    """CACHE_ENV, default ~/.cache/demofactory."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "demofactory")
+
+
 def cache_root() -> Path:
-    """Where local copies of stored datasets live."""
-    base = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "demofactory"
-    return Path(base) / "stores"
+    """Where local copies of stored datasets live (a driver's: no reader writes there)."""
+    return cache_base() / "stores"
 
 
 def local_copy_dir(url: str) -> Path:
@@ -113,6 +126,54 @@ def pull_dataset(
         if on_shard is not None:
             on_shard(info.name, fetch)
     return local
+
+
+_HASH_BLOCK = 8 << 20
+
+
+def cached_shard(store: Store, info: ShardInfo) -> Path | None:
+    """The shard `info` of `store` as a local file of the object cache, checked against its size
+    and sha256 (downloaded when missing or damaged there); None when the store does not hold
+    those bytes (a reader then reads what is there, and reports the damage)."""
+    folder = cache_base() / "objects"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{info.sha256}.tar"
+    if path.is_file() and path.stat().st_size == info.bytes and sha256_file(path) == info.sha256:
+        return path
+    # a name of this process's own, then renamed: readers in parallel never see half a file
+    tmp = folder / f".{info.sha256}.{os.getpid()}.part"
+    try:
+        store.get_file(f"{SHARDS_DIRNAME}/{info.name}", tmp)
+        if tmp.stat().st_size != info.bytes or sha256_file(tmp) != info.sha256:
+            return None
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def stored_shard_ok(store: Store, info: ShardInfo) -> bool:
+    """True when the store holds the shard `info` with its size and sha256 (`factory run`'s
+    resume test: a same-size damaged object is redone). Hashed as it streams, once per ETag."""
+    name = f"{SHARDS_DIRNAME}/{info.name}"
+    found = store.info(name)
+    if found is None or int(found.get("size", -1)) != info.bytes:
+        return False
+    etag = str(found.get("ETag") or found.get("etag") or "").strip('"')
+    record = cache_base() / "verified" / info.sha256
+    if etag and record.is_file() and etag in record.read_text().split():
+        return True
+    digest = hashlib.sha256()
+    with store.open_read(name) as stream:
+        while block := store.call(f"read {name}", lambda: stream.read(_HASH_BLOCK)):
+            digest.update(block)
+    if digest.hexdigest() != info.sha256:
+        return False
+    if etag:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        with open(record, "a") as f:  # one short line a write: whole even with writers in parallel
+            f.write(f"{etag}\n")
+    return True
 
 
 def push(store: Store, local: Path, name: str) -> None:

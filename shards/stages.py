@@ -165,7 +165,7 @@ def read_members(
     wanted: Callable[[str], bool],
     on_empty: Callable[[str], Any] = lambda url: None,
     expected: Mapping[str, int] | None = None,
-    check: Callable[[str], Any] = lambda url: None,
+    check: Callable[[str], str | None] = lambda url: None,
 ) -> Iterator[Member]:
     """Tasks -> their shards' members whose suffix `wanted` accepts, in tar order.
 
@@ -174,12 +174,13 @@ def read_members(
     (either shard layout, as steps), which raises `TarFormatError` (a `DatasetError`) for a
     corrupt or truncated tar. `expected` maps a URL to its sample count in the manifest, a
     second check that also catches a valid tar holding the wrong samples. `check(url)` runs
-    before a shard is opened (the loader's: size and sha256 against the manifest).
+    before a shard is opened (the loader's: size and sha256 against the manifest) and may name
+    what to open instead (a store's shard: its checked copy in the cache); messages name the URL.
     """
     for task in tasks:
-        check(task.url)
+        opened = check(task.url) or task.url
         samples, last_key = 0, None
-        with open_url(task.url) as stream:
+        with open_url(opened) as stream:
             for name, data in iter_steps(stream, task.url):
                 key, _, suffix = name.partition(".")
                 if key != last_key:

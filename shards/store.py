@@ -189,6 +189,21 @@ class Store:
 
         return self._call(f"stat {name}", info)
 
+    def info(self, name: str) -> dict | None:
+        """fsspec's details of the object (size, ETag where the store gives one), or None."""
+
+        def details() -> dict | None:
+            try:
+                return dict(self.fs.info(self.path(name)))
+            except FileNotFoundError:
+                return None
+
+        return self._call(f"stat {name}", details)
+
+    def call(self, what: str, op: Callable[[], T]) -> T:
+        """`op` (a read on a stream this store opened) with the store's retries and messages."""
+        return self._call(what, op)
+
     def list(self, prefix: str = "", recursive: bool = True) -> list[str]:
         """Names of the objects under `prefix` (a folder name, no trailing "/"), sorted;
         `recursive=False`: only those directly in it."""
