@@ -44,13 +44,15 @@ DRAWN_GROUPS = (1, 2)
 WELD_TOLERANCE = 1e-6  # metres: OBJ exports repeat a vertex per face; merged before decimating
 MIN_RESULT_FACES = 8  # a decimation ending with fewer faces than this is a collapse: kept full
 AUTO_MIN_FACES = 64  # `auto` never asks a mesh for fewer faces than this
-# `auto`: faces per pixel of the mesh's projected bounding disc. ~Half the faces face away, so
-# 2 faces/px leaves about one visible face per pixel the mesh covers (calibrated against
-# PSNR >= 35 dB in benchmarks/bench_render.py --detail).
-AUTO_FACES_PER_PIXEL = 2.0
+# `auto`: faces per pixel of the mesh's projected bounding disc. ~Half the faces face away and
+# the disc over-covers the mesh, so 3 faces/px leaves about one visible face per covered pixel.
+# Calibrated with benchmarks/bench_render.py --detail on Stack at 84 px, agentview: 0.5 gave
+# 27.7 dB, 2 gave 34.5 dB, 8 gave 51 dB; 3 is the smallest that keeps PSNR >= 35 dB there.
+AUTO_FACES_PER_PIXEL = 3.0
 # `auto` sizes a mesh as if it were this much nearer than where it is when the renderer is made:
 # the arm moves during an episode.
 AUTO_NEAR_FACTOR = 0.7
+AUTO_VIEW_MARGIN = 1.3  # times a camera's half-diagonal field of view: "out of view" beyond it
 # A mesh of many small closed pieces stops short of its budget (the Panda's pedestal: 5,645 faces
 # for 300, at any `agg`): drawn as decimated, counted in DetailReport.short_of_budget
 BUDGET_SLACK = 1.25
@@ -84,10 +86,11 @@ class Decimated:
 
 @dataclass
 class DetailReport:
-    """What `render.detail` did to a model's drawn meshes (JSON-able via `to_json`)."""
+    """What `render.detail` did to a model's drawn meshes (JSON-able via `to_json`); a
+    renderer's report sums its cameras' (each camera has its own render model)."""
 
     detail: str
-    meshes: int = 0  # meshes drawn
+    meshes: int = 0  # meshes drawn (per camera)
     decimated: int = 0
     within_budget: int = 0  # already at or under their budget: drawn as they are
     short_of_budget: int = 0  # decimated, but to over BUDGET_SLACK times their budget
@@ -273,22 +276,31 @@ def auto_budgets(
     f = H / (2 tan(fovy / 2)) pixels; a mesh of bounding radius r at distance d (taken
     AUTO_NEAR_FACTOR nearer than in `data`, as the arm moves) covers at most
     A = pi (f r / d)^2 pixels. Its budget is AUTO_FACES_PER_PIXEL * A faces (at least
-    AUTO_MIN_FACES), the largest over the cameras: about one visible face per covered pixel,
-    so no face is much smaller than a pixel and no silhouette edge is longer than a few.
+    AUTO_MIN_FACES), the largest over the cameras, so that a face covers about a pixel or
+    more. A mesh well outside a camera's view (AUTO_VIEW_MARGIN times its half-diagonal field
+    of view, from `data`) asks that camera for AUTO_MIN_FACES only.
     """
     mujoco.mj_kinematics(model, data)
     mujoco.mj_camlight(model, data)
     budgets: dict[int, int] = {}
     for mesh, geoms in drawn_meshes(model).items():
         best = AUTO_MIN_FACES
-        for name, _width, height in cameras:
+        for name, width, height in cameras:
             cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
             if cam < 0:
                 continue
-            focal = height / (2 * math.tan(math.radians(float(model.cam_fovy[cam])) / 2))
+            half = math.radians(float(model.cam_fovy[cam])) / 2
+            focal = height / (2 * math.tan(half))
+            half_diagonal = math.atan(math.hypot(width, height) / (2 * focal))
+            rot = data.cam_xmat[cam].reshape(3, 3)
             for g in geoms:
                 radius = float(model.geom_rbound[g])
-                dist = float(np.linalg.norm(data.geom_xpos[g] - data.cam_xpos[cam]))
+                offset = rot.T @ (data.geom_xpos[g] - data.cam_xpos[cam])  # camera looks down -z
+                dist = float(np.linalg.norm(offset))
+                if dist > radius:
+                    off_axis = math.atan2(math.hypot(offset[0], offset[1]), -offset[2])
+                    if off_axis - math.asin(radius / dist) > AUTO_VIEW_MARGIN * half_diagonal:
+                        continue  # out of this camera's view
                 dist = max(dist * AUTO_NEAR_FACTOR, radius, 1e-3)
                 area = math.pi * (focal * radius / dist) ** 2
                 best = max(best, math.ceil(AUTO_FACES_PER_PIXEL * area))

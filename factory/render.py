@@ -67,7 +67,9 @@ class FrameRenderer:
         encode_threads: int = 0,
     ):
         self.scene, self.cameras, self.settings = scene, list(cameras), settings
-        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+        # (height, width) -> renderer; with render.detail, (camera, height, width): each camera
+        # draws the meshes at the detail it needs (a wrist camera's arm links are coarse)
+        self._renderers: dict[tuple, mujoco.Renderer] = {}
         self._pool = ThreadPoolExecutor(encode_threads, "encode") if encode_threads > 0 else None
         # What robosuite shows offscreen: visual geoms (group 1), not collision geoms (group 0).
         self._option = mujoco.MjvOption()
@@ -81,21 +83,30 @@ class FrameRenderer:
             vis.offwidth = max(vis.offwidth, *(c.width for c in self.cameras))
             vis.offheight = max(vis.offheight, *(c.height for c in self.cameras))
         # render.detail: the meshes the GL contexts hold (None: the physics model's own)
-        self._render_model, self.detail = detail_model(scene, self.cameras, settings.detail)
+        # render.detail: per camera, the meshes its GL context holds (None: the physics model's)
+        self._render_models: dict[str, mujoco.MjModel | None] = {}
+        reports = []
+        for cam in self.cameras if settings.detail != "full" else ():
+            model, report = detail_model(scene, [cam], settings.detail)
+            self._render_models[cam.name] = model
+            reports.append(report)
+        self.detail = merge_reports(str(settings.detail), reports)
 
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
-        size = (cam.height, cam.width)
-        if size not in self._renderers:
-            self._renderers[size] = self._make_renderer(cam.height, cam.width)
-        return self._renderers[size]
+        render = self._render_models.get(cam.name)
+        key = (cam.height, cam.width) if render is None else (cam.name, cam.height, cam.width)
+        if key not in self._renderers:
+            self._renderers[key] = self._make_renderer(cam.height, cam.width, render)
+        return self._renderers[key]
 
-    def _make_renderer(self, height: int, width: int) -> mujoco.Renderer:
+    def _make_renderer(
+        self, height: int, width: int, render: mujoco.MjModel | None
+    ) -> mujoco.Renderer:
         model = self.scene.model
-        if self._render_model is None:
+        if render is None:
             return mujoco.Renderer(model, height=height, width=width)
         # The GL context (meshes, textures) is made from the render model; scenes are still
         # built from the physics model and data: same ids, same everything but mesh detail.
-        render = self._render_model
         render.vis.global_.offwidth = model.vis.global_.offwidth
         render.vis.global_.offheight = model.vis.global_.offheight
         render.vis.quality.offsamples = model.vis.quality.offsamples
@@ -230,6 +241,20 @@ def detail_model(
         report.faces_drawn = report.faces_full
         report.decimated = 0
         return None, report
+
+
+def merge_reports(detail: str, reports: Sequence[DetailReport]) -> DetailReport:
+    """One report for a renderer's cameras: counts summed over (camera, mesh) pairs."""
+    merged = DetailReport(detail)
+    for r in reports:
+        merged.meshes += r.meshes
+        merged.decimated += r.decimated
+        merged.within_budget += r.within_budget
+        merged.short_of_budget += r.short_of_budget
+        merged.kept_full.update(r.kept_full)
+        merged.faces_full += r.faces_full
+        merged.faces_drawn += r.faces_drawn
+    return merged
 
 
 def scene_xml(scene) -> str | None:

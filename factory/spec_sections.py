@@ -433,7 +433,7 @@ class RenderSpec(_Strict):
         "4 matches robosuite's look.",
     )
     jpeg_quality: int = Field(90, ge=1, le=100, description="JPEG quality of the RGB frames.")
-    detail: Literal["full", "auto"] | int = Field(
+    detail: Literal["full", "auto"] | Annotated[int, Field(ge=1)] = Field(
         "full",
         description="Visual mesh detail: full; auto (a face budget per mesh from the cameras' "
         "resolution and field of view); or a positive number of faces per mesh. Collision "

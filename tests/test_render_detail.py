@@ -148,7 +148,7 @@ def test_decimated_meshes_are_drawn_where_the_full_ones_are(scene, tmp_path, mon
             report.kept_full.values()
         )
         assert list((tmp_path / "meshes").glob("*.npz"))  # the decimations were cached
-        render = low._render_model
+        render = low._render_models["agentview"]
         assert render.nmesh == scene.model.nmesh and render.ngeom == scene.model.ngeom
         drawn = render.mesh_facenum < scene.model.mesh_facenum
         assert drawn.sum() == report.decimated
@@ -177,7 +177,7 @@ def test_meshes_that_cannot_decimate_are_drawn_full_and_counted(scene, tmp_path,
         kept = report.kept_full["too few faces after decimation"]
         assert kept > 0 and report.meshes == report.decimated + report.within_budget + kept
         drawn = list(mesh_detail.drawn_meshes(scene.model))
-        full = one._render_model.mesh_facenum[drawn] == scene.model.mesh_facenum[drawn]
+        full = one._render_models["agentview"].mesh_facenum[drawn] == scene.model.mesh_facenum[drawn]
         assert full.sum() == report.within_budget + kept  # kept meshes: drawn at full detail
         assert one.render_current()["agentview"].shape == (32, 32, 3)
     finally:
