@@ -5,11 +5,14 @@
 
 Per camera and size: frames/s of the factory's renderer (RGB, render only) with full meshes
 and with the detail asked for, interleaved `--rounds` times (best round each: a shared machine
-slows some rounds), `ratio` = detail / full; and the pictures compared: PSNR over all frames
+slows some rounds), `ratio` = detail / full; the same per CPU second of this process
+(`cpu_ratio`: frames per core, which other agents' load disturbs far less than wall time);
+and the pictures compared: PSNR over all frames
 (from the mean squared error of every pixel; `psnr_worst_frame_db` too), SSIM (mean of the
 frames'), and the largest per-pixel error (0-255, the largest channel) with the frame, row and
-column where it is. Writes `render_detail_errors.png` (per row: full, decimated, the error
-x4 with the largest one circled) and `render_detail_pair.png` (full | decimated, 224 px)
+column where it is. Writes `render_detail_errors.png` (per camera and size, a row: full,
+decimated, the error x4, enlarged to 224 px, the largest error circled) and
+`render_detail_pair.png` (full | decimated, the first camera at the smallest size, enlarged)
 into `--images`. Prints one JSON object.
 """
 
@@ -61,13 +64,16 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(out))
 
 
-def _render_all(renderer: FrameRenderer, scene, states, camera: str) -> tuple[list, float]:
+def _render_all(renderer: FrameRenderer, scene, states, camera: str) -> tuple[list, float, float]:
+    """The images, frames per wall second and frames per CPU second (all of this process's
+    threads: Mesa's llvmpipe renders on several)."""
     images = []
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for state in states:
         scene.set_state(state)
         images.append(renderer.render_current()[camera])
-    return images, len(states) / (time.perf_counter() - start)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return images, len(states) / wall, len(states) / max(cpu, 1e-9)
 
 
 def compare(full: list[np.ndarray], other: list[np.ndarray]) -> dict:
@@ -87,17 +93,19 @@ def compare(full: list[np.ndarray], other: list[np.ndarray]) -> dict:
     }
 
 
-def error_row(full: np.ndarray, other: np.ndarray, at: dict, scale: int) -> Image.Image:
-    """full | decimated | error x4 (red circle on the largest), enlarged `scale` times."""
+def error_row(full: np.ndarray, other: np.ndarray, at: dict, height: int = 224) -> Image.Image:
+    """full | decimated | error x4, each enlarged to `height` px, the largest error circled."""
     err = np.abs(full.astype(np.int16) - other.astype(np.int16)).max(axis=-1)
     heat = np.clip(err * 4, 0, 255).astype(np.uint8)
     row = np.concatenate([full, other, np.stack([heat] * 3, axis=-1)], axis=1)
-    img = Image.fromarray(row).resize((row.shape[1] * scale, row.shape[0] * scale), Image.NEAREST)
+    scale = height / full.shape[0]
+    size = (round(row.shape[1] * scale), height)
+    img = Image.fromarray(row).resize(size, Image.NEAREST)
     draw = ImageDraw.Draw(img)
     w = full.shape[1]
     for panel in (1, 2):
         cx, cy = (panel * w + at["col"] + 0.5) * scale, (at["row"] + 0.5) * scale
-        r = 6 * scale
+        r = 12
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], outline=(255, 0, 0), width=2)
     return img
 
@@ -123,11 +131,14 @@ def detail_main(args) -> None:
             _render_all(full_r, scene, states[:1], camera)  # GL contexts made, warm
             _render_all(dec_r, scene, states[:1], camera)
             fps = {"full": [], "detail": []}
+            cpu_fps = {"full": [], "detail": []}
             for _ in range(args.rounds):  # interleaved: both see the same machine load
-                full_images, f = _render_all(full_r, scene, states, camera)
+                full_images, f, c = _render_all(full_r, scene, states, camera)
                 fps["full"].append(round(f, 1))
-                dec_images, f = _render_all(dec_r, scene, states, camera)
+                cpu_fps["full"].append(round(c, 1))
+                dec_images, f, c = _render_all(dec_r, scene, states, camera)
                 fps["detail"].append(round(f, 1))
+                cpu_fps["detail"].append(round(c, 1))
             quality = compare(full_images, dec_images)
             at = quality["max_pixel_error_at"]
             frame = at["frame"]
@@ -143,7 +154,11 @@ def detail_main(args) -> None:
                     "full_fps": max(fps["full"]),
                     "detail_fps": max(fps["detail"]),
                     "ratio": round(max(fps["detail"]) / max(fps["full"]), 2),
+                    "full_fps_per_cpu_s": max(cpu_fps["full"]),
+                    "detail_fps_per_cpu_s": max(cpu_fps["detail"]),
+                    "cpu_ratio": round(max(cpu_fps["detail"]) / max(cpu_fps["full"]), 2),
                     "per_round": fps,
+                    "per_round_cpu": cpu_fps,
                     **quality,
                     "psnr_ok": bool(quality["psnr_db"] >= PSNR_TARGET_DB),
                     "render_model_build_s": round(build_s, 2),
@@ -161,7 +176,7 @@ def detail_main(args) -> None:
         y += r.height
     sheet.save(images_dir / "render_detail_errors.png")
     if pair is not None:
-        Image.fromarray(pair).save(images_dir / "render_detail_pair.png")
+        pair.save(images_dir / "render_detail_pair.png")
     print(
         json.dumps(
             {
