@@ -381,7 +381,7 @@ class ShardWorker:
             steps_simulated=steps,
             subtasks=subtasks,
             robots=dict(sorted(robots.items())) if self.spec.task.robots else {},
-            render_detail=self.renderer.detail.to_json() if self.spec.cameras else {},
+            render_detail=self.renderer.detail.to_json() if self.renderer.detail.meshes else {},
         )
 
     def close(self) -> None:
