@@ -142,11 +142,11 @@ def detail_main(args) -> None:
             quality = compare(full_images, dec_images)
             at = quality["max_pixel_error_at"]
             frame = at["frame"]
-            rows.append(error_row(full_images[frame], dec_images[frame], at, max(1, 224 // size)))
-            if camera == cameras[0] and size == max(sizes):
-                pair = np.concatenate(
-                    [full_images[len(states) // 2], dec_images[len(states) // 2]], 1
-                )
+            rows.append(error_row(full_images[frame], dec_images[frame], at))
+            if camera == cameras[0] and size == min(sizes):  # where auto decimates most
+                mid = len(states) // 2
+                pair = Image.fromarray(np.concatenate([full_images[mid], dec_images[mid]], 1))
+                pair = pair.resize((pair.width * 224 // size, 224), Image.NEAREST)
             results.append(
                 {
                     "camera": camera,
