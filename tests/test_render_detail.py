@@ -177,7 +177,8 @@ def test_meshes_that_cannot_decimate_are_drawn_full_and_counted(scene, tmp_path,
         kept = report.kept_full["too few faces after decimation"]
         assert kept > 0 and report.meshes == report.decimated + report.within_budget + kept
         drawn = list(mesh_detail.drawn_meshes(scene.model))
-        full = one._render_models["agentview"].mesh_facenum[drawn] == scene.model.mesh_facenum[drawn]
+        render = one._render_models["agentview"]
+        full = render.mesh_facenum[drawn] == scene.model.mesh_facenum[drawn]
         assert full.sum() == report.within_budget + kept  # kept meshes: drawn at full detail
         assert one.render_current()["agentview"].shape == (32, 32, 3)
     finally:
@@ -233,3 +234,31 @@ def test_a_report_without_meshes_is_empty_in_inspect():
 
     assert _detail_table([{"render_detail": DetailReport("full").to_json()}]) == {}
     assert _detail_table([{}]) == {}
+
+
+@pytest.mark.slow
+def test_inspect_counts_the_meshes_kept_full(tmp_path, ray_cluster, capsys, monkeypatch):
+    """`factory run` with a budget most meshes collapse under, then `factory inspect`: the meshes
+    drawn at full detail are counted, per reason, in its JSON and its text."""
+    from factory.cli import main
+
+    monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path / "cache"))
+    spec = write_spec(
+        tmp_path / "lift.yaml",
+        name="lift_detail",
+        task={"horizon": 400},
+        generation={"attempts": 1, "attempts_per_shard": 1},
+        cameras=[{"name": "agentview", "width": 32, "height": 32}],
+        render={"detail": 1},
+    )
+    out = tmp_path / "out"
+    assert main(["run", str(spec), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--json"]) == 0
+    detail = json.loads(capsys.readouterr().out)["render_detail"]
+    kept = detail["kept_full"]["too few faces after decimation"]
+    assert detail["detail"] == "1" and kept > 0
+    assert detail["meshes"] == detail["decimated"] + detail["within_budget"] + kept
+    assert main(["inspect", str(out)]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if "render detail" in line]
+    assert len(row) == 1 and f"too few faces after decimation: {kept}" in row[0]
