@@ -21,8 +21,8 @@ material is textured (decimation drops texture coordinates).
 
 Why fast-simplification: a quadric edge-collapse decimator (Garland-Heckbert, the algorithm
 of MeshLab's and Blender's decimate) as one small compiled wheel with numpy in and out, no
-VTK/Qt/Open3D stack; ~50 ms for a 30k-face Panda link. trimesh only wraps it, and pymeshlab
-and open3d are 100+ MB for the same operation.
+VTK/Qt/Open3D stack; 0.08 CPU-s takes a 14,824-face Panda link to 500 faces, normals included.
+trimesh's decimation wraps it, and pymeshlab and open3d are 100+ MB for the same operation.
 """
 
 from __future__ import annotations
