@@ -27,6 +27,12 @@ over 20 attempts at 120 s an attempt = 184 s per rendered success = 19.6 rendere
 successes per core-hour (figure from the project's issue 4). `ratio` = ours / that.
 Small runs are noisy (success is a coin flip per attempt), and a busy machine slows
 everything: see `load_average`.
+
+`--detail auto` (or a face budget) runs the spec twice in one invocation, as it is
+(`render.detail: full`) and with `render.detail` set, full first then the other, each in
+its own temporary folder, the decimation cache empty (`DEMOFACTORY_CACHE` in a temporary
+folder: the decimation is paid inside the run). The JSON then holds both runs and
+`detail_ratio` = the detailed run's rendered successes per core-hour / the full run's.
 """
 
 from __future__ import annotations
@@ -149,16 +155,62 @@ def summarize(out: Path, wall_s: float, cpu_s: float, attempts: int, load_before
     }
 
 
+def spec_with_detail(spec: Path, detail: str, out: Path) -> Path:
+    """`spec` with `render.detail` set, seed demos made absolute, written to `out`."""
+    import yaml
+
+    from factory.spec import load_raw_spec
+
+    raw = load_raw_spec(spec)
+    raw["seed_demos"] = [str((spec.parent / p).resolve()) for p in raw["seed_demos"]]
+    raw.setdefault("render", {})["detail"] = int(detail) if detail.isdigit() else detail
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
+def measure(spec: Path, tmp: Path, attempts: int) -> dict:
+    load_before = os.getloadavg()[0]
+    out = tmp / "stack"
+    wall, cpu = run_factory(spec, out, attempts)
+    return summarize(out, wall, cpu, attempts, load_before)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", type=Path, default=REPO / "scene_specs" / "stack.yaml")
     parser.add_argument("--attempts", type=int, default=10)
+    parser.add_argument(
+        "--detail", default=None, help="also run with render.detail set (auto, or faces)"
+    )
     args = parser.parse_args()
-    load_before = os.getloadavg()[0]
+    if args.detail is None:
+        with tempfile.TemporaryDirectory(prefix="bench-eph-") as tmp:
+            print(json.dumps(measure(args.spec, Path(tmp), args.attempts)))
+        return
+    runs = {}
     with tempfile.TemporaryDirectory(prefix="bench-eph-") as tmp:
-        out = Path(tmp) / "stack"
-        wall, cpu = run_factory(args.spec, out, args.attempts)
-        print(json.dumps(summarize(out, wall, cpu, args.attempts, load_before)))
+        tmp = Path(tmp)
+        detailed = spec_with_detail(args.spec, args.detail, tmp / "spec_detail.yaml")
+        os.environ["DEMOFACTORY_CACHE"] = str(tmp / "cache")  # cold: decimation paid in the run
+        for name, spec in (("full", args.spec), (args.detail, detailed)):
+            (tmp / name).mkdir()
+            runs[name] = measure(spec, tmp / name, args.attempts)
+    full, other = runs["full"], runs[args.detail]
+    print(
+        json.dumps(
+            {
+                "benchmark": "episodes_per_hour_detail",
+                "detail": args.detail,
+                "runs": runs,
+                "detail_ratio": {
+                    k: round(v / full["rendered_successes_per_core_hour"][k], 2)
+                    if full["rendered_successes_per_core_hour"][k]
+                    else None
+                    for k, v in other["rendered_successes_per_core_hour"].items()
+                },
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

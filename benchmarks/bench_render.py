@@ -15,6 +15,12 @@ reference. Methods run interleaved, `--rounds` times; each figure is the best
 round (a busy machine slows some rounds), all rounds are in `per_round`. With --depth /
 --segmentation the factory's figures include those
 passes and their PNG encoding (the bare reference stays RGB only).
+
+`--detail [auto|<faces>]` measures `render.detail` instead (benchmarks/render_detail.py):
+
+    .venv/bin/python benchmarks/bench_render.py --detail auto [--sizes 84,128,224]
+        [--cameras agentview,robot0_eye_in_hand] [--frames 60] [--rounds 3]
+        [--images docs/images]
 """
 
 from __future__ import annotations
@@ -54,7 +60,24 @@ def main() -> None:
     parser.add_argument(
         "--scene-file", default=None, help="a saved scene (benchmarks/scene_file.py)"
     )
+    parser.add_argument(
+        "--detail",
+        nargs="?",
+        const="auto",
+        default=None,
+        help="compare render.detail (auto, or faces per mesh) against full meshes",
+    )
+    parser.add_argument("--sizes", default="84,128,224", help="--detail: image sizes")
+    parser.add_argument(
+        "--cameras", default="agentview,robot0_eye_in_hand", help="--detail: cameras"
+    )
+    parser.add_argument("--images", default="docs/images", help="--detail: where PNGs go")
     args = parser.parse_args()
+    if args.detail is not None:
+        from render_detail import detail_main
+
+        detail_main(args)
+        return
     import mujoco  # after factory: importing it picks the offscreen GL backend
 
     spec = load_spec(args.spec)

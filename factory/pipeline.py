@@ -77,6 +77,8 @@ class ShardResult:
     node: str = ""  # Ray node id of the worker that wrote it ("" when run outside Ray)
     # A mixed-robot dataset's attempts and successes per robot (empty for one robot)
     robots: dict[str, dict[str, int]] = field(default_factory=dict)
+    # render.detail: what the worker's renderer did to the meshes (DetailReport.to_json)
+    render_detail: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -90,6 +92,7 @@ class ShardResult:
             "episodes": [e.to_json() for e in self.episodes],
             "node": self.node,
             **({"robots": self.robots} if self.robots else {}),
+            **({"render_detail": self.render_detail} if self.render_detail else {}),
         }
 
 
@@ -378,6 +381,7 @@ class ShardWorker:
             steps_simulated=steps,
             subtasks=subtasks,
             robots=dict(sorted(robots.items())) if self.spec.task.robots else {},
+            render_detail=self.renderer.detail.to_json() if self.renderer.detail.meshes else {},
         )
 
     def close(self) -> None:
@@ -411,4 +415,5 @@ def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResu
         subtasks={k: dict(v) for k, v in entry.get("subtasks", {}).items()},
         node=str(entry.get("node", "")),
         robots={k: dict(v) for k, v in entry.get("robots", {}).items()},
+        render_detail=dict(entry.get("render_detail", {})),
     )

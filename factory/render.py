@@ -22,6 +22,7 @@ import mujoco
 import numpy as np
 from PIL import Image
 
+from factory.mesh_detail import DetailReport, budgets_for, make_render_model, plan_meshes
 from factory.sim import Scene
 from factory.spec import CameraSpec, RenderSpec
 from shards.format import encode_depth_png, encode_segmentation_png, segmentation_bits
@@ -66,7 +67,9 @@ class FrameRenderer:
         encode_threads: int = 0,
     ):
         self.scene, self.cameras, self.settings = scene, list(cameras), settings
-        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+        # (height, width) -> renderer; with render.detail, (camera, height, width): each camera
+        # draws the meshes at the detail it needs (a wrist camera's arm links are coarse)
+        self._renderers: dict[tuple, mujoco.Renderer] = {}
         self._pool = ThreadPoolExecutor(encode_threads, "encode") if encode_threads > 0 else None
         # What robosuite shows offscreen: visual geoms (group 1), not collision geoms (group 0).
         self._option = mujoco.MjvOption()
@@ -79,14 +82,38 @@ class FrameRenderer:
             # The offscreen buffer must hold the largest image asked for.
             vis.offwidth = max(vis.offwidth, *(c.width for c in self.cameras))
             vis.offheight = max(vis.offheight, *(c.height for c in self.cameras))
+        # render.detail: the meshes the GL contexts hold (None: the physics model's own)
+        # render.detail: per camera, the meshes its GL context holds (None: the physics model's)
+        self._render_models: dict[str, mujoco.MjModel | None] = {}
+        reports = []
+        for cam in self.cameras if settings.detail != "full" else ():
+            model, report = detail_model(scene, [cam], settings.detail)
+            self._render_models[cam.name] = model
+            reports.append(report)
+        self.detail = merge_reports(str(settings.detail), reports)
 
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
-        size = (cam.height, cam.width)
-        if size not in self._renderers:
-            self._renderers[size] = mujoco.Renderer(
-                self.scene.model, height=cam.height, width=cam.width
-            )
-        return self._renderers[size]
+        render = self._render_models.get(cam.name)
+        key = (cam.height, cam.width) if render is None else (cam.name, cam.height, cam.width)
+        if key not in self._renderers:
+            self._renderers[key] = self._make_renderer(cam.height, cam.width, render)
+        return self._renderers[key]
+
+    def _make_renderer(
+        self, height: int, width: int, render: mujoco.MjModel | None
+    ) -> mujoco.Renderer:
+        model = self.scene.model
+        if render is None:
+            return mujoco.Renderer(model, height=height, width=width)
+        # The GL context (meshes, textures) is made from the render model; scenes are still
+        # built from the physics model and data: same ids, same everything but mesh detail.
+        render.vis.global_.offwidth = model.vis.global_.offwidth
+        render.vis.global_.offheight = model.vis.global_.offheight
+        render.vis.quality.offsamples = model.vis.quality.offsamples
+        render.tex_data[:] = model.tex_data  # textures as they are now
+        renderer = mujoco.Renderer(render, height=height, width=width)
+        renderer._model = model  # update_scene and depth read the physics model
+        return renderer
 
     def upload_textures(self, texture_ids: Iterable[int]) -> None:
         """Re-upload textures `texture_ids` from `model.tex_data` to every renderer made so far.
@@ -189,6 +216,56 @@ class FrameRenderer:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def detail_model(
+    scene: Scene, cameras: Sequence[CameraSpec], detail: str | int
+) -> tuple[mujoco.MjModel | None, DetailReport]:
+    """The render model for `render.detail` (None: draw the physics model's meshes) and what
+    was done to the meshes. A model without an XML source (a saved scene file) is drawn full."""
+    report = DetailReport(str(detail))
+    xml = scene_xml(scene)
+    views = [(cam.name, cam.width, cam.height) for cam in cameras]
+    budgets = budgets_for(detail, scene.model, scene.data, views) if cameras else None
+    if budgets is None or xml is None:
+        if budgets is not None:
+            report.kept_full["no XML source for the model"] += len(budgets)
+        return None, report
+    chosen = plan_meshes(scene.model, budgets, report, cache=None)
+    if not chosen:
+        return None, report
+    try:
+        return make_render_model(xml, scene.model, chosen), report
+    except ValueError as err:  # MjSpec's compile errors are ValueErrors too
+        report.kept_full[f"render model: {err}"] += report.decimated
+        report.faces_drawn = report.faces_full
+        report.decimated = 0
+        return None, report
+
+
+def merge_reports(detail: str, reports: Sequence[DetailReport]) -> DetailReport:
+    """One report for a renderer's cameras: counts summed over (camera, mesh) pairs."""
+    merged = DetailReport(detail)
+    for r in reports:
+        merged.meshes += r.meshes
+        merged.decimated += r.decimated
+        merged.within_budget += r.within_budget
+        merged.short_of_budget += r.short_of_budget
+        merged.kept_full.update(r.kept_full)
+        merged.faces_full += r.faces_full
+        merged.faces_drawn += r.faces_drawn
+    return merged
+
+
+def scene_xml(scene) -> str | None:
+    """The XML the scene's physics model was compiled from (robosuite's, processors applied)."""
+    env = getattr(scene, "env", None)
+    if env is None or not hasattr(env, "model"):
+        return None
+    xml = env.model.get_xml()
+    for processor in getattr(env, "_xml_processors", ()):
+        xml = processor(xml)
+    return xml
 
 
 def label_table(scene: Scene, mode: str) -> np.ndarray:

@@ -66,7 +66,22 @@ def summarize(dataset_dir: Path) -> dict:
         # `factory divergence` scores (or generation.robustness's), when episodes carry them
         "divergence": summarize_divergence(load_episodes(dataset_dir)),
         **_robot_table(shards),
+        **_detail_table(shards),
     }
+
+
+def _detail_table(shards: list[dict]) -> dict:
+    """{"render_detail": ...}: render.detail's meshes, as the dataset's first worker decimated
+    them, and the meshes kept at full detail (most any worker kept, per reason); {} for
+    `full` or a dataset without cameras."""
+    found = [s["render_detail"] for s in shards if s.get("render_detail", {}).get("meshes")]
+    if not found or found[0]["detail"] == "full":
+        return {}
+    kept: dict[str, int] = {}
+    for entry in found:
+        for reason, n in entry["kept_full"].items():
+            kept[reason] = max(kept.get(reason, 0), n)
+    return {"render_detail": {**found[0], "kept_full": dict(sorted(kept.items()))}}
 
 
 def _robot_table(shards: list[dict]) -> dict:
@@ -153,6 +168,18 @@ def format_summary(summary: dict) -> str:
             (
                 f"robot {robot}",
                 f"{row['successes']} of {row['attempts']} attempts ({row['success_rate']:.1%})",
+            )
+        )
+    detail = summary.get("render_detail")
+    if detail:
+        kept = detail["kept_full"]
+        rows.append(
+            (
+                "render detail",
+                f"{detail['detail']}: {detail['decimated']} of {detail['meshes']} meshes "
+                f"decimated, {detail['faces_drawn']} of {detail['faces_full']} faces drawn; "
+                f"kept full: {sum(kept.values())}"
+                + (" (" + ", ".join(f"{k}: {v}" for k, v in kept.items()) + ")" if kept else ""),
             )
         )
     rows.extend(format_divergence(summary.get("divergence", {})))

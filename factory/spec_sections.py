@@ -440,12 +440,29 @@ class RenderSpec(_Strict):
         "4 matches robosuite's look.",
     )
     jpeg_quality: int = Field(90, ge=1, le=100, description="JPEG quality of the RGB frames.")
+    detail: Literal["full", "auto"] | Annotated[int, Field(ge=1)] = Field(
+        "full",
+        description="Visual mesh detail: full; auto (a face budget per mesh from the cameras' "
+        "resolution and field of view); or a positive number of faces per mesh. Collision "
+        "geoms and physics are never changed (docs/render_detail.md).",
+    )
     gpus_per_worker: float = Field(
         0.0,
         ge=0.0,
         description="GPUs each Ray worker asks for (fractions share one); > 0 renders with EGL "
         "on the GPU Ray assigns (MUJOCO_EGL_DEVICE_ID). 0: CPU workers, software GL.",
     )
+
+    @field_validator("detail", mode="before")
+    @classmethod
+    def _detail(cls, value):
+        if value in ("full", "auto"):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        raise ValueError(
+            f"expected full, auto or a positive number of faces per mesh (e.g. 500), got {value!r}"
+        )
 
 
 class TextureBankSpec(_Strict):
