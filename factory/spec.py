@@ -327,6 +327,7 @@ ADDED_LATER: dict[str, object] = {
     "generation.grasp_approach": "auto",
     "generation.trim_pauses": True,
     "generation.release": "auto",
+    "render.detail": "full",
     "subtasks[].skill": None,
 }
 
