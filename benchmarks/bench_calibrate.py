@@ -46,9 +46,9 @@ def main() -> None:
         load_recordings,
         record,
         rollout,
-        run_calibration,
         save_recordings,
     )
+    from factory.calibrate_run import run_calibration
     from factory.demos import load_seed_demos
     from factory.sim import Scene
     from factory.spec import load_spec

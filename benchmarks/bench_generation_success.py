@@ -28,8 +28,8 @@ import time
 
 import numpy as np
 
-from factory.pipeline import plan_shards
 from factory.resolve import resolve_spec
+from factory.shard_records import plan_shards
 from factory.sim import Placement
 from factory.spec import load_spec
 from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt

@@ -490,7 +490,7 @@ def cmd_collect(args) -> int:
 def cmd_calibrate(args) -> int:
     import math
 
-    from factory.calibrate import run_calibration
+    from factory.calibrate_run import run_calibration
 
     report = args.report or args.out.with_suffix(".html")
     for path, flag in ((args.out, "--out"), (report, "--report")):

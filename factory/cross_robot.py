@@ -23,7 +23,7 @@ import numpy as np
 
 from factory.annotate import annotate_demo
 from factory.grasp_frame import geom_corners, grasp_frame, nearer_half_turn, retarget_eef
-from factory.gripper_sign import pad_gap  # noqa: F401 (re-exported: the gap closes() measures)
+from factory.gripper_sign import pad_gap
 from factory.records import AnnotatedDemo, SeedDemo
 from factory.robots import ROBOT_PARTS, check_robot
 from factory.sim import Scene

@@ -20,6 +20,7 @@ import mujoco
 import numpy as np
 
 from factory.errors import SpecError
+from factory.gripper_sign import closing_sign
 from factory.physics import PhysicsDraw, PhysicsTargets, ScenePhysics
 from factory.spec import SceneSpec, TaskSpec
 from generators.poses import make_pose, mat_to_quat
@@ -187,10 +188,10 @@ class Scene:
             else (None, "task.fast_control: false")
         )
         self.physics = self._make_physics()
-        # +1 or -1: the gripper command that closes this hand, measured at its finger pads
+        # +1 or -1: the gripper command that closes this hand, measured at its finger pads. The
+        # last step of construction: the probe resets and steps this scene, so everything else
+        # is built first; +1 meanwhile (the probe's own steps read it, and reset forgets them).
         self.gripper_sign = 1
-        from factory.gripper_sign import closing_sign
-
         self.gripper_sign = closing_sign(self)
 
     def _make_physics(self) -> ScenePhysics:

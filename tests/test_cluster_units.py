@@ -183,7 +183,7 @@ def test_run_progress_counts_events_and_warns_without_a_bar(capsys):
 
 def _result(out: Path, index: int):
     """A finished, empty shard (a real tar) and its result record."""
-    from factory.pipeline import ShardResult, ShardTask
+    from factory.shard_records import ShardResult, ShardTask
     from shards import shards_dir, write_shard
 
     shards_dir(out).mkdir(parents=True, exist_ok=True)

@@ -146,10 +146,10 @@ def mixed_dataset(tmp_path_factory):
     """One shard of two attempts (attempt 0 on the Panda, 1 on the Sawyer), physics only,
     finished as `factory run` finishes a dataset (without Ray); and the resolved spec."""
     from factory.embodiments import MixedShardWorker
-    from factory.pipeline import ShardTask
     from factory.recorder import DatasetRecorder
     from factory.resolve import resolve_spec
     from factory.run import dataset_info
+    from factory.shard_records import ShardTask
     from shards import save_dataset_info, shards_dir
 
     root = tmp_path_factory.mktemp("mixed")
@@ -256,7 +256,8 @@ def test_train_eval_trains_one_policy_on_both_robots_and_rolls_out_on_each(mixed
     # The mixed path of `factory train-eval` (factory.train_eval_mixed), at toy size: the figures
     # are benchmarks/bench_mixed_policy.py's; here, which episodes train and where it rolls out.
     from factory.errors import UserError
-    from factory.train_eval import TrainEvalConfig, train_eval
+    from factory.train_eval import train_eval
+    from factory.train_eval_config import TrainEvalConfig
 
     out, result, resolved = mixed_dataset
     lengths = {e.provenance["embodiment"]: e.length for e in result.episodes}

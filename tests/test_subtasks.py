@@ -10,10 +10,10 @@ import pytest
 
 from factory.annotate import FINISH_TAIL, MIN_RUN, segment_demo, segment_starts
 from factory.errors import UserError
-from factory.pipeline import ShardResult, ShardTask
 from factory.records import SeedDemo
 from factory.resolve import resolve_spec
 from factory.run import DatasetRecorder
+from factory.shard_records import ShardResult, ShardTask
 from factory.spec import load_spec
 from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt, pose_distance
 from shards import ShardInfo

@@ -24,13 +24,9 @@ from factory.policy import (
 from factory.resolve import Resolved, resolve_spec
 from factory.seeds import write_seed_dataset
 from factory.spec import load_spec
-from factory.train_eval import (
-    TrainEvalConfig,
-    eval_seed,
-    idle_steps,
-    load_training_data,
-    train_eval,
-)
+from factory.train_core import eval_seed, idle_steps, load_training_data
+from factory.train_eval import train_eval
+from factory.train_eval_config import TrainEvalConfig
 from generators.mimicgen import attempt_seed
 from shards import load_episodes, load_manifest
 from shards.loader import make_loader
