@@ -42,7 +42,9 @@ from typing import TextIO
 import mujoco
 import numpy as np
 
+from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
+from factory.physics import PhysicsDraw
 from factory.sim import Scene
 
 # What each --params name scales. "target" kinds: an object (spec object name, MuJoCo body name or
@@ -128,8 +130,6 @@ def parse_params(tokens: list[str]) -> list[ParamChoice]:
 # --- recordings ---------------------------------------------------------------------------------
 def load_recordings(paths: list[Path], scene: Scene, max_steps: int | None) -> list[Recording]:
     """Every demo of every file, checked against `scene`; a UserError names file and field."""
-    from factory.demos import load_seed_demos
-
     spec, out = scene.spec, []
     action_dim = scene.env.action_dim
     for path in paths:
@@ -191,8 +191,6 @@ class ModelEditor:
 
     def apply(self, values: dict[str, float]) -> float:
         """The nominal model, then every value in `values` (name -> value); returns the delay."""
-        from factory.physics import PhysicsDraw
-
         scaled: dict[str, dict[str, float]] = {kind: {} for kind in KINDS if KINDS[kind]}
         gains = {"kp": 1.0, "damping_ratio": 1.0, "delay": 0.0}
         for c in self.choices:

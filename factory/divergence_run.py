@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 from tqdm import tqdm
 
+from factory.adr import adr_physics
 from factory.cross_robot import annotate_seed
 from factory.demos import load_seed_demos
 from factory.divergence import divergence_draws, replay, score_episode
@@ -34,6 +35,7 @@ from factory.errors import SpecError, UserError
 from factory.output_dir import GENERATION_FILENAME, load_generation, require_dataset_info
 from factory.physics import recorded_physics
 from factory.records import AnnotatedDemo
+from factory.run import lock_output_dir
 from factory.sim import Scene
 from factory.spec import SceneSpec
 from factory.spec_sections import PhysicsSpec
@@ -78,8 +80,6 @@ def divergence_ranges(
         return load_ranges(ranges), str(ranges)
     adr = spec.generation.adr
     if adr is not None and adr.enabled:
-        from factory.adr import adr_physics
-
         found = adr_physics(dataset)
         if found is not None:
             return found, f"{GENERATION_FILENAME} adr"
@@ -139,8 +139,6 @@ def score_dataset(
 ) -> dict:
     """Score every episode of `dataset` (see the module doc) and write the scores; returns the
     summary. Raises UserError/DatasetError before writing anything."""
-    from factory.run import lock_output_dir
-
     check_dataset_spec(dataset, spec)
     physics, origin = divergence_ranges(spec, dataset, ranges)
     source = load_source(dataset)

@@ -151,7 +151,7 @@ class MixedShardWorker:
         """The worker of the robot that runs `attempt_id` (built and prepared on first need)."""
         robot = robot_for_attempt(self.shares, attempt_id)
         if robot not in self.workers:
-            from factory.pipeline import ShardWorker
+            from factory.pipeline import ShardWorker  # mujoco: only when a worker is built
 
             worker = ShardWorker(robot_spec(self.spec, robot), self._demos.get(robot, []))
             worker.state_width = self.width
@@ -166,7 +166,7 @@ class MixedShardWorker:
             worker.prepare(dataset_dir)
 
     def run_shard(self, task, out_dir, on_attempt=None):
-        from factory.pipeline import ShardWorker
+        from factory.pipeline import ShardWorker  # mujoco: only when a worker is built
 
         return ShardWorker.run_shard(self, task, out_dir, on_attempt)
 

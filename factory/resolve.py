@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from factory.adapters import mimicgen_params, placement_params
+from factory.embodiments import robot_spec
 from factory.errors import SpecError
 from factory.pipeline import prepare_demos
 from factory.records import AnnotatedDemo
+from factory.robots import check_robot
 from factory.sim import Placement, Scene
 from factory.spec import SceneSpec
 from generators.mimicgen import sample_placement
@@ -152,9 +154,6 @@ def _table_rect(scene: Scene) -> tuple[tuple[float, float], tuple[float, float]]
 
 
 def _resolve_robots(spec: SceneSpec) -> Resolved:
-    from factory.embodiments import robot_spec
-    from factory.robots import check_robot
-
     for i, entry in enumerate(spec.task.robots):
         check_robot(spec.path, entry.robot, field=f"task.robots[{i}].robot")
     robots = {r.robot: resolve_spec(robot_spec(spec, r.robot)) for r in spec.task.robots}
@@ -172,6 +171,4 @@ def _check_names(spec: SceneSpec) -> None:
             "task.env",
             f"unknown robosuite env {spec.task.env!r} (expected one of: {', '.join(envs)})",
         )
-    from factory.robots import check_robot
-
     check_robot(spec.path, spec.task.robot)

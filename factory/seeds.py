@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
 from factory.language import episode_language, paint_objects
 from factory.records import SeedDemo
@@ -66,8 +67,6 @@ def check_one_robot(spec) -> None:
     """A SpecError for a mixed-robot spec, or for seed demos of another robot than task.robot
     (before any env is built, and before the output folder is looked at): seeds are one robot's
     demos as recorded. It reads the seed demo files, not the env."""
-    from factory.demos import load_seed_demos
-
     if spec.task.robots and len(spec.task.robots) > 1:
         raise SpecError(
             spec.path,
