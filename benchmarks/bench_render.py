@@ -76,9 +76,8 @@ def main() -> None:
     factory = FrameRenderer(scene, [cam], spec.render)
     threaded = FrameRenderer(scene, [cam], spec.render, encode_threads=1)
     bare = mujoco.Renderer(scene.model, height=args.size, width=args.size)
-    visual_only = (
-        mujoco.MjvOption()
-    )  # the same geoms as the factory draws: visual (group 1), not collision
+    # the same geoms as the factory draws: visual (group 1), not collision
+    visual_only = mujoco.MjvOption()
     visual_only.geomgroup[0], visual_only.geomgroup[1] = 0, 1
 
     def bare_render(state, reflections=spec.render.reflections, shadows=spec.render.shadows):

@@ -25,7 +25,7 @@
 Bad input (a spec, a seed file, an output directory) prints one line naming
 the file, the field and what was expected, and exits with code 2.
 
-Length (~670 lines): one small `cmd_*` entry per verb (each delegates to its module) and the
+Why one module: one small `cmd_*` entry per verb (each delegates to its module) and the
 one parser; most of the length is argparse help text, kept beside the flags it documents.
 """
 

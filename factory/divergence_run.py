@@ -34,11 +34,11 @@ from factory.divergence_report import summarize_divergence
 from factory.errors import SpecError, UserError
 from factory.output_dir import GENERATION_FILENAME, load_generation, require_dataset_info
 from factory.physics import recorded_physics
-from factory.records import AnnotatedDemo
 from factory.run import lock_output_dir
 from factory.sim import Scene
 from factory.spec import SceneSpec
 from factory.spec_sections import PhysicsSpec
+from generators.records import AnnotatedDemo
 from shards import DatasetError, save_episodes
 from shards.export_source import load_source, read_episodes
 from shards.format import dumps_json, write_text_atomic

@@ -28,7 +28,7 @@ from generators.scene_api import ACTION_LAYOUT, PROPRIO_LAYOUT
 
 if TYPE_CHECKING:
     from factory.pipeline import ShardWorker
-    from factory.records import AnnotatedDemo
+    from generators.records import AnnotatedDemo
 
 GOLDEN = 0.6180339887498949  # (√5 - 1) / 2: the most evenly spread Weyl sequence
 

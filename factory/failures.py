@@ -21,8 +21,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from factory.errors import UserError
-from factory.records import Attempt
 from factory.spec import CameraSpec, load_stored_spec
+from generators.records import Attempt
 from shards import DATASET_INFO_FILENAME
 
 FAILURES_DIRNAME = "failures"

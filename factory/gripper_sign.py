@@ -41,6 +41,7 @@ class Hand(Protocol):
 
     def finger_pads(self) -> list[set[int]]: ...
 
+
 # Control steps per probe: 8 part the two probes' pad gaps by over 1 cm on every robosuite hand
 # (measured from reset on Lift: Panda 7.2, Sawyer 4.4, IIWA 12.4, Jaco 1.4 cm, the slowest: its
 # command moves 0.01 a step; UR5e and Kinova3 5.3 cm before factory.gripper_fixes, more since).

@@ -61,9 +61,8 @@ def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
         loaded = load_seed_demos(path)
         width = sum(n for _, n in ACTION_LAYOUT)
         for demo in loaded:
-            if (
-                demo.actions.shape[1] != width
-            ):  # generation replays them as the arm's delta-pose actions
+            # generation replays them as the arm's delta-pose actions
+            if demo.actions.shape[1] != width:
                 layout = ", ".join(f"{k} {n}" for k, n in ACTION_LAYOUT)
                 raise UserError(
                     f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "

@@ -14,12 +14,12 @@ from factory.adapters import mimicgen_params, placement_params
 from factory.embodiments import robot_spec
 from factory.errors import SpecError
 from factory.pipeline import prepare_demos
-from factory.records import AnnotatedDemo
 from factory.robots import check_robot
 from factory.sim import Placement, Scene
 from factory.spec import SceneSpec
 from generators.mimicgen import sample_placement
 from generators.params import MimicGenParams
+from generators.records import AnnotatedDemo
 
 
 @dataclass

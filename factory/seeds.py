@@ -23,11 +23,11 @@ import numpy as np
 from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
 from factory.language import episode_language, paint_objects
-from factory.records import SeedDemo
 from factory.render import FrameRenderer
 from factory.resolve import Resolved
 from factory.run import dataset_info
 from factory.sim import Scene
+from generators.records import SeedDemo
 from shards import (
     DatasetError,
     Episode,
@@ -150,9 +150,8 @@ def write_seed_dataset(resolved: Resolved, out_dir: Path) -> dict:
         episodes = [seed_episode(scene, renderer, d.demo, i) for i, d in enumerate(resolved.demos)]
     finally:
         renderer.close()
-    manifest = write_dataset(
-        out_dir, episodes, info, layout=spec.output.shard_layout
-    )  # the manifest last: the dataset counts once listed
+    # the manifest last: the dataset counts once listed
+    manifest = write_dataset(out_dir, episodes, info, layout=spec.output.shard_layout)
     return {
         "out": str(out_dir),
         "episodes": len(episodes),

@@ -41,9 +41,8 @@ class ShardResult:
     episodes: tuple[EpisodeRecord, ...]  # K per success: one per appearance variant
     wall_s: float
     steps_simulated: int = 0
-    subtasks: dict[str, dict[str, int]] = field(
-        default_factory=dict
-    )  # index -> reached, failed, retries, fallbacks (transit: plan)
+    # index -> reached, failed, retries, fallbacks (transit: plan)
+    subtasks: dict[str, dict[str, int]] = field(default_factory=dict)
     node: str = ""  # Ray node id of the worker that wrote it ("" when run outside Ray)
     # A mixed-robot dataset's attempts and successes per robot (empty for one robot)
     robots: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -3,7 +3,7 @@
 `Scene` is the only place that touches robosuite internals. Generation runs it
 with cameras off; rendering restores recorded states into the same model.
 
-Length (~680 lines): `Scene` implements `generators.scene_api.Scene` plus the predicates'
+Why one module: `Scene` implements `generators.scene_api.Scene` plus the predicates'
 geometry (grasp, contact, touch, cavity, joints) over the same cached model indices; splitting the
 class would split those caches across modules. The physics draw's mechanics are in
 `factory.physics`; only its hooks (reset, step, snapshot) are here.

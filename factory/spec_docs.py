@@ -24,8 +24,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from factory.errors import UserError
-from factory.predicates import COMBINATORS, PREDICATE_KINDS, parse_predicate
 from factory.spec import SceneSpec
+from generators.predicates import COMBINATORS, PREDICATE_KINDS, parse_predicate
 
 SCHEMA_FILE = Path("scene_specs/schema.json")
 README_FILE = Path("README.md")

@@ -27,7 +27,6 @@ from pydantic import ValidationError
 
 from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
-from factory.records import SeedDemo
 from factory.resolve import resolve_spec
 from factory.scene_spec import SCENE_ENV, fill_from_scene
 from factory.sim import Scene, make_env
@@ -41,6 +40,7 @@ from factory.suggest import (
     trace_demo,
 )
 from generators.predicates import parse_predicate
+from generators.records import SeedDemo
 
 DEMO_SUFFIXES = (".hdf5", ".h5")
 # Placement offsets (metres, radians) by what the demos do with an object: a grasped one ±3 cm,

@@ -198,9 +198,8 @@ def train_policy(
     data: TrainingData, config: TrainEvalConfig, on_log: Callable[[int, float], None] | None = None
 ) -> tuple[ChunkPolicy, TrainLog]:
     """Fit a ChunkPolicy to `data` for `config.steps` AdamW steps; seeded by `config.seed`."""
-    torch.set_num_threads(
-        config.threads
-    )  # a small MLP gains nothing from more; on busy cores they cost 10x
+    # a small MLP gains nothing from more; on busy cores they cost 10x
+    torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     image_shape = None if data.images is None else data.images.shape[1:]
@@ -305,9 +304,8 @@ def run_rollout(
     hold = config.success_hold or spec.generation.success_hold_steps
     predictions: list[tuple[int, np.ndarray]] = []
     streak, plan, plan_start = 0, None, 0
-    pending = [
-        s.ends_when for s in spec.subtasks if s.ends_when
-    ]  # progress: which subtask checks ever held
+    # progress: which subtask checks ever held
+    pending = [s.ends_when for s in spec.subtasks if s.ends_when]
     reached: list[str] = []
 
     def predict(t: int) -> np.ndarray:

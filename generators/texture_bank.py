@@ -15,7 +15,7 @@ Nothing is downloaded: the model is a local folder in `save_pretrained` layout o
 already in the Hugging Face cache. A model that cannot be loaded is a `TextureModelError` saying
 how to provide it.
 
-Length (~540 lines): planning, the offline model loading (three pipeline families) and the
+Why one module: planning, the offline model loading (three pipeline families) and the
 circular padding are one contract (a bank's key covers all three); they are kept together so
 that a change to one is seen beside the key it must change.
 """

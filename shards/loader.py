@@ -44,7 +44,7 @@ RNG and reads each draw whole, forever; with `epoch_length`, one rank's
 DataLoader yields exactly `epoch_length` samples an iteration, spread over its
 workers. Shards that turn out to hold no samples are dropped from the draw.
 
-Length (~560 lines): the configuration, the dataset and the resolution of its sources
+Why one module: the configuration, the dataset and the resolution of its sources
 (manifest, stats, dataset_info: cameras, depth, embodiments) are one public entry,
 `make_loader`; the stages themselves are in `shards/stages.py`.
 """
@@ -141,9 +141,8 @@ class LoaderConfig:
     resampled: bool = False  # draw shards with replacement, forever (or epoch_length)
     epoch_length: int | None = None  # resampled only: samples a rank yields per iteration
     image_dtype: str = "uint8"  # "uint8" [3, H, W] 0..255, or "float32" [3, H, W] in [0, 1]
-    extra_keys: tuple[
-        str, ...
-    ] = ()  # other per-step .npy members to yield as stored, e.g. ("sim_state",)
+    # other per-step .npy members to yield as stored, e.g. ("sim_state",)
+    extra_keys: tuple[str, ...] = ()
     depth: tuple[str, ...] = ()  # cameras whose depth to yield: float32 [1, H, W] metres
     segmentation: tuple[str, ...] = ()  # cameras whose segmentation labels to yield: int64 [H, W]
     sensor_noise: SensorNoise | None = None  # observation noise, frame drops, latency; None: off
@@ -385,9 +384,8 @@ def make_loader(
     )
     loaded = None if normalization == "none" else _load_stats(stats, root)
     infos = {}
-    if (
-        counts and root is not None
-    ):  # a dataset directory: its manifest says what each shard must be (a stored dataset's
+    # a dataset directory: its manifest says what each shard must be (a stored dataset's
+    if counts and root is not None:
         # shards are not among these URLs: checking their sha256 would read each twice over the
         # network; their sample counts are still checked as they are read)
         infos = {str(shards_dir(root) / info.name): info for info in load_manifest(root).shards}

@@ -442,9 +442,8 @@ _PLAIN = [
     ("link", tarfile.SYMTYPE),
     ("big", np.random.default_rng(0).bytes(3 * 1024 * 1024 + 7)),  # spans several chunks
 ]
-_PREFIXED = [
-    ("dir/" + "p" * 120 + "/file.bin", b"\xff" * 513)
-]  # ustar: prefix + name; pax, GNU: extended
+# ustar: prefix + name; pax, GNU: extended
+_PREFIXED = [("dir/" + "p" * 120 + "/file.bin", b"\xff" * 513)]
 _EXTENDED = [
     ("n" * 150 + ".jpg", b"long name"),  # pax: an x header; GNU: an L header
     ("caf\u00e9.json", b"{}"),  # pax: an x header (not ASCII)
@@ -577,9 +576,8 @@ def test_npy_members_parse_like_np_load() -> None:
     # Twice round, so the second reads every header from the cache; interleaved, so a cached
     # header of one array must not be used for another.
     cases = [(a, None) for a in _ARRAYS] + [(_ARRAYS[1], (2, 0))]
-    cases.append(
-        (np.array([(1,)], dtype=[("\u00fc\u03c0", "<i4")]), None)
-    )  # np.save writes version 3.0
+    # np.save writes version 3.0
+    cases.append((np.array([(1,)], dtype=[("\u00fc\u03c0", "<i4")]), None))
     for _ in range(2):
         for array, version in cases:
             loaded = load_npy(_npy_bytes(array, version))

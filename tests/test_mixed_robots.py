@@ -108,7 +108,7 @@ def test_an_unknown_robot_in_the_list_is_one_line_naming_its_index(tmp_path):
 
 def test_a_hand_of_the_other_sign_gets_its_gripper_column_flipped():
     from factory.cross_robot import flip_gripper
-    from factory.records import AnnotatedDemo, SeedDemo
+    from generators.records import AnnotatedDemo, SeedDemo
 
     actions = np.zeros((3, 7))
     actions[:, -1] = [-1.0, 1.0, 1.0]
