@@ -647,3 +647,20 @@ def test_the_fast_jpeg_path_gives_pils_pixels(options) -> None:
     np.testing.assert_array_equal(_decode_jpeg(data, "uint8").numpy(), reference)
     with pytest.raises(OSError, match="truncated"):  # cut short: refused, not decoded in part
         _decode_jpeg(data[: len(data) // 2], "uint8")
+
+
+def test_make_loader_takes_loader_config_fields_with_their_defaults_and_documents_each():
+    import inspect
+
+    from shards.loader import LoaderConfig
+
+    params = inspect.signature(make_loader).parameters
+    fields = {f.name: f for f in dataclasses.fields(LoaderConfig)}
+    assert set(params) - {"source", "stats"} == set(fields)
+    for name, field in fields.items():
+        if field.default is not dataclasses.MISSING:
+            assert params[name].default == field.default, name
+        # documented once, in LoaderConfig, and so in make_loader's help too
+        assert f"    {name}:" in LoaderConfig.__doc__, name
+        assert f"    {name}:" in make_loader.__doc__, name
+    assert params["cameras"].default is None  # make_loader: dataset_info.json's cameras

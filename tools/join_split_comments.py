@@ -83,6 +83,8 @@ def rewrite(source: str) -> str:
         if list(comments) != [last]:
             continue
         comment = comments[last]
+        if last < len(lines) and lines[last].lstrip().startswith("#"):
+            continue  # the comment goes on below: moving its first line would cut it
         tail = lines[last - 1]
         code_tail = tail[: tail.rindex(comment)].rstrip()
         code = [*(line.rstrip("\n") for line in lines[first - 1 : last - 1]), code_tail]
