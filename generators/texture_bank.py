@@ -39,10 +39,16 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from fileio import (
+    DatasetError,
+    atomic_output,
+    dumps_json,
+    read_json_file,
+    sha256_file,
+    write_text_atomic,
+)
 from generators.errors import TextureBankError, TextureModelError
 from generators.params import TextureBankParams
-from shards.format import DatasetError, atomic_output, dumps_json, read_json_file, write_text_atomic
-from shards.writer import sha256_file
 
 BANK_DIRNAME = "textures"  # DIR/textures/
 INDEX_FILENAME = "bank.json"  # DIR/textures/bank.json, written last

@@ -24,7 +24,7 @@ from factory.errors import USER_FACING_ERRORS, UserError
 from shards.format import DatasetError
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("factory", "generators", "shards", "cluster")
+PACKAGES = ("factory", "generators", "shards", "cluster", "fileio")
 
 
 def _import_all() -> None:

@@ -1,7 +1,7 @@
 """Imports go one way: `factory/` (the orchestrator) uses the libraries, never the reverse.
 
-    factory ──► generators ──► shards      (the texture bank stores images as datasets do)
-       ├──────────────────────► shards
+    factory ──► generators ──► fileio      (the texture bank writes files as datasets do)
+       ├──────► shards ──────► fileio      (atomic writes, JSON, sha256: imports nothing)
        └──► cluster                        (handed what to run; imports no other package)
 
 Every .py file of the libraries is parsed (not imported): imports at any depth count, those
@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARIES = ("generators", "shards", "cluster")
+LIBRARIES = ("generators", "shards", "cluster", "fileio")
 PACKAGES = ("factory", *LIBRARIES)
 # What each library may import of the project's packages (itself always).
 ALLOWED = {
-    "generators": {"shards"},  # the texture bank stores its images with the dataset's writer
-    "shards": set(),  # the dataset format stands alone: a reader needs nothing else
+    "generators": {"fileio"},  # the texture bank writes and checks its files as datasets do
+    "shards": {"fileio"},  # the dataset format: a reader needs nothing else
     "cluster": set(),  # Ray plumbing: it is handed what to run
+    "fileio": set(),  # whole-or-nothing files, JSON, sha256
 }
 
 
