@@ -169,4 +169,7 @@ def plot(path: Path, params: dict, result, scene) -> None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

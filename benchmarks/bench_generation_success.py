@@ -205,4 +205,7 @@ def run_suite(attempts: int, only: list[str] | None) -> None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -133,4 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

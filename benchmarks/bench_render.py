@@ -142,4 +142,7 @@ def _time(fn) -> float:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

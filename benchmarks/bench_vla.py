@@ -286,4 +286,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -949,6 +949,10 @@ def _main(args) -> int:
         from factory.mujoco_log import route_mujoco_warnings
 
         route_mujoco_warnings()
+    if args.command not in ("verify", "inspect", "export", "spec-help"):  # those build no env
+        from factory import robot_repairs  # robosuite: only for the verbs that build envs
+
+        robot_repairs.install()  # before any env is built (preview: --failures re-renders)
     try:
         return COMMANDS[args.command](args)
     except USER_FACING_ERRORS as err:

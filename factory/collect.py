@@ -24,6 +24,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from factory import robot_repairs
 from factory.errors import UserError
 from factory.script import check_output, env_info
 from factory.sim import Scene
@@ -37,11 +38,9 @@ def make_collect_env(spec: SceneSpec, viewer: bool):
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 
-    from factory import arm_fixes, gripper_fixes
     from factory.scene_build import env_kwargs  # robosuite: as the imports above
 
-    gripper_fixes.install()  # the hands and arms generation builds (factory.sim.make_env)
-    arm_fixes.install()
+    robot_repairs.require_installed()  # the hands and arms generation builds (make_env)
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
     return robosuite.make(
         spec.task.env,

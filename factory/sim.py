@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from factory import robot_repairs
 from factory.errors import SpecError
 from factory.gripper_sign import closing_sign
 from factory.physics import PhysicsDraw, PhysicsTargets, ScenePhysics
@@ -48,14 +49,12 @@ def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     robosuite draws some object sizes (Lift's cube) from the env's RNG when it builds
     the model; a fixed seed gives every worker the same model, hence the same physics.
     `scene`: the arguments of a spec's `scene:` env (`factory.scene_build.env_kwargs`).
+    The robots' repairs must be installed first (`factory.robot_repairs.install`).
     """
-    import robosuite
+    robot_repairs.require_installed()
+    import robosuite  # here, not at the top: generation's importers need no robosuite until now
     from robosuite.controllers import load_composite_controller_config
 
-    from factory import arm_fixes, gripper_fixes
-
-    gripper_fixes.install()  # robosuite's Robotiq 85 with its finger linkage closed (#772)
-    arm_fixes.install()  # IIWA's controller frame on a fixed link, not its first moving one
     controller = load_composite_controller_config(controller="BASIC", robot=task.robot)
     return robosuite.make(
         task.env,

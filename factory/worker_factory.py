@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from factory import robot_repairs
 from factory.embodiments import MixedShardWorker
 from factory.mujoco_log import route_mujoco_warnings
 from factory.spec import SceneSpec
@@ -28,6 +29,7 @@ class ShardWorkerFactory:
         from factory.pipeline import ShardWorker  # imports mujoco (and so fixes MUJOCO_GL)
 
         route_mujoco_warnings()  # not into MUJOCO_LOG.TXT in the worker's working directory
+        robot_repairs.install()  # in this actor's process, before its env is built
         if self.spec.task.robots:  # a mixed-robot dataset: one env per robot, built on need
             return MixedShardWorker(self.spec)
         return ShardWorker(self.spec, ())
