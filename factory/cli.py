@@ -39,6 +39,7 @@ import typing
 from pathlib import Path
 
 from factory.errors import USER_FACING_ERRORS, SpecError, UserError
+from factory.overrides import ALIASES, add_set_argument, spec_overrides
 
 
 def _int_at_least(lowest: int):
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("step", "episode"),
         help="one sample a step or an episode in the shards (overrides output.shard_layout)",
     )
+    add_set_argument(p, ALIASES["run"])
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--truncate",
@@ -253,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--demos", type=_positive_int, help="demos to record (overrides script.demos)")
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
+    add_set_argument(p, ALIASES["script"])
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no line per try on stderr")
 
@@ -645,15 +648,7 @@ def cmd_run(args) -> int:
     from factory.report import format_summary, summarize
     from factory.run import run_dataset
 
-    overrides = {}
-    if args.attempts is not None:
-        overrides["generation.attempts"] = args.attempts
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    if args.successes is not None:
-        overrides["generation.target_successes"] = args.successes
-    if args.shard_layout is not None:
-        overrides["output.shard_layout"] = args.shard_layout
+    overrides = spec_overrides(args, "run")  # --set, and its aliases --attempts, ...
     spec = _check(
         args.spec, overrides, args.out, args.truncate
     )  # resolved by run_dataset, while the cluster starts
@@ -806,7 +801,8 @@ def cmd_seeds(args) -> int:
 def cmd_script(args) -> int:
     from factory.spec import load_spec
 
-    overrides = {"seed": args.seed} if args.seed is not None else {}
+    overrides = spec_overrides(args, "script")  # --set, and its aliases --seed, ...
+    demos = overrides.pop("script.demos", None)  # applied once the spec is known to script
     spec = load_spec(args.spec, overrides)
     if spec.script is None:
         raise SpecError(
@@ -815,8 +811,8 @@ def cmd_script(args) -> int:
             "no script: section (waypoints to record seed demos from; "
             "see scene_specs/pick_place_can.yaml)",
         )
-    if args.demos is not None:
-        spec = load_spec(args.spec, {**overrides, "script.demos": args.demos})
+    if demos is not None:
+        spec = load_spec(args.spec, {**overrides, "script.demos": demos})
     from factory.script import check_output, make_scene, model_xml, record_demos, save_demos
 
     check_output(args.out, args.force)  # before the env is built

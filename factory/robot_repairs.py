@@ -21,10 +21,17 @@ robosuite's unrepaired models by accident. A new robot's repair is one more row 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from factory import arm_fixes, gripper_fixes
+
+# robosuite logs a page of warnings at import and per env (no private macro file, unused
+# controller parts, optional robot packages); none is actionable for a factory user. A filter on
+# its logger keeps its errors and drops the rest; it is set here, before robosuite is imported:
+# the modules that import robosuite first (factory.sim, the CLI's verbs) import this one.
+logging.getLogger("robosuite_logs").addFilter(lambda record: record.levelno >= logging.ERROR)
 
 
 @dataclass(frozen=True)

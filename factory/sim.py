@@ -37,11 +37,6 @@ GRASP_ROOM = 0.01  # metres the open hand must clear an object by to close on it
 TOUCH_MARGIN = 0.003
 
 
-# robosuite logs a page of warnings at import and per env (no private macro file, unused
-# controller parts, optional robot packages); none is actionable for a factory user. A
-# filter on its logger, set before the import, keeps its errors and drops the rest.
-logging.getLogger("robosuite_logs").addFilter(lambda record: record.levelno >= logging.ERROR)
-
 
 def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     """A robosuite env for generation: no cameras, no renderer, deterministic resets.
