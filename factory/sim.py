@@ -37,7 +37,6 @@ GRASP_ROOM = 0.01  # metres the open hand must clear an object by to close on it
 TOUCH_MARGIN = 0.003
 
 
-
 def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     """A robosuite env for generation: no cameras, no renderer, deterministic resets.
 
