@@ -2,7 +2,7 @@
 
     factory validate scene_specs/stack.yaml
     factory validate scene_specs/cube_bowl.yaml --still out/stills   # + one PNG per camera
-    factory spec-help [generation.transit]   # what a spec field means; --write: schema, docs reference
+    factory spec-help [generation.transit]   # what a field means; --write: schema, reference
     factory annotate scene_specs/stack.yaml [--plot out/annotate]
     factory annotate --suggest scene_specs/demos/lift_panda_1demo_robosuite100.hdf5  # a spec
     factory annotate scene_specs/lift.yaml --replay 2   # each demo regenerates itself?
@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--write",
         action="store_true",
-        help="write scene_specs/schema.json and docs/spec_reference.md's tables (run in the repo root)",
+        help="write scene_specs/schema.json and docs/spec_reference.md's tables "
+        "(run in the repo root)",
     )
 
     p = sub.add_parser(

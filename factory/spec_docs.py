@@ -3,7 +3,7 @@
     factory spec-help                       # top-level fields, one line each
     factory spec-help generation            # that section's fields: type, default, meaning
     factory spec-help generation.transit    # one field in full (allowed values, bounds)
-    factory spec-help --write               # scene_specs/schema.json and the spec reference's tables (docs/spec_reference.md)
+    factory spec-help --write               # schema.json, docs/spec_reference.md's tables
 
 The same walk over the models makes all four, so the help, the JSON Schema that editors use
 (`# yaml-language-server: $schema=./schema.json` atop each spec) and the reference's tables cannot
@@ -185,7 +185,8 @@ def schema_text() -> str:
 
 
 def reference_blocks() -> dict[str, str]:
-    """Marker name -> the reference page's text generated between `<!-- NAME:begin -->` and its end."""
+    """Marker name -> the reference page's text generated between `<!-- NAME:begin -->` and its
+    end."""
     spec = [_table(field_docs())]
     for doc in sections():
         spec += ["", f"**`{doc.path}`** ({doc.type}): {_md(doc.description)}", ""]
@@ -196,7 +197,8 @@ def reference_blocks() -> dict[str, str]:
 
 
 def render_reference(text: str) -> str:
-    """`text` (the reference page) with each generated block replaced; a UserError if a marker is gone."""
+    """`text` (the reference page) with each generated block replaced; a UserError if a marker
+    is gone."""
     for name, body in reference_blocks().items():
         begin, end = _markers(name)
         if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):

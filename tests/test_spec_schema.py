@@ -1,5 +1,6 @@
 """The spec documents itself: descriptions on every field, `factory spec-help`, the JSON Schema
-and the spec reference's tables (docs/spec_reference.md) generated from them (and kept in step), and `extends:` between specs."""
+and the spec reference's tables (docs/spec_reference.md) generated from them (and kept in step),
+and `extends:` between specs."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def test_schema_json_matches_the_models():
 
 def test_reference_tables_match_the_models():
     page = (REPO / spec_docs.REFERENCE_FILE).read_text()
-    assert spec_docs.render_reference(page) == page, f"spec reference tables are stale: {REGENERATE}"
+    assert spec_docs.render_reference(page) == page, (
+        f"spec reference tables are stale: {REGENERATE}"
+    )
 
 
 def test_predicate_docs_cover_the_registry():
