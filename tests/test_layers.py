@@ -19,10 +19,38 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARIES = ("generators", "shards", "cluster", "fileio")
 PACKAGES = ("factory", *LIBRARIES)
+# import name -> repository folder, as the wheel maps them (pyproject's package-dir); empty when
+# each folder is imported under its own name.
+PACKAGE_DIR: dict[str, str] = (
+    tomllib.loads((ROOT / "pyproject.toml").read_text())
+    .get("tool", {})
+    .get("setuptools", {})
+    .get("package-dir", {})
+)
+
+
+def folder_of(module: str) -> str:
+    """The repository folder holding `module` (an import name, or a folder-based dotted name)."""
+    for name in sorted(PACKAGE_DIR, key=len, reverse=True):
+        if module == name or module.startswith(name + "."):
+            return PACKAGE_DIR[name]
+    return module.split(".")[0]
+
+
+def import_name(dotted: str) -> str:
+    """A folder-based dotted name (`factory.spec`) as it is imported (the same, unless mapped)."""
+    top, _, rest = dotted.partition(".")
+    for name, folder in sorted(PACKAGE_DIR.items(), key=lambda kv: len(kv[0])):
+        if folder == top:
+            return f"{name}.{rest}" if rest else name
+    return dotted
+
+
 # What each library may import of the project's packages (itself always).
 ALLOWED = {
     "generators": {"fileio"},  # the texture bank writes and checks its files as datasets do
@@ -67,7 +95,7 @@ def _violations(library: str) -> list[str]:
     bad = []
     for path in _files(library):
         for line, module in imported_modules(path):
-            top = module.split(".")[0]
+            top = folder_of(module)
             if top in PACKAGES and top not in allowed:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
     return bad
@@ -139,12 +167,13 @@ def module_graph(
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts
-            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+            dotted = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            files[import_name(dotted) if root == ROOT else dotted] = path
     graph: dict[str, dict[str, int]] = {}
     for name, path in files.items():
         edges = graph.setdefault(name, {})
         for line, module in [*imported_modules(path, root), *_from_imported(path)]:
-            parts = module.split(".")
+            parts = (import_name(module) if root == ROOT else module).split(".")
             target = next(
                 (
                     ".".join(parts[:i])
