@@ -60,6 +60,11 @@ ALLOWED = {
 }
 
 
+# factory/'s stages (its subpackages) -> the stages each may import (the top: errors, _gl,
+# always). Filled by tools/relayout.py when factory/ is split into subpackages; empty before.
+STAGE_ALLOWED: dict[str, set[str]] = {}
+
+
 def imported_modules(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
     """(line, absolute module name) for every import in `path`, at any depth."""
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -138,7 +143,7 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
         (5, "importlib"),
         (6, "factory.pipeline"),
         (7, "cluster.runner"),
-        (8, "generators.mimicgen"),
+        (8, "generators.mimicgen"),  # relayout: keep (a relative import: folder-based)
         (9, "factory"),
     ]
 
@@ -288,3 +293,26 @@ def test_the_cycle_checker_finds_cycles_hidden_in_functions_and_type_checking(tm
     assert import_cycles(graph) == [["factory.a", "factory.b", "factory.c", "factory.a"]]
     (package / "c.py").write_text("")
     assert import_cycles(module_graph(tmp_path, ["factory"])) == []
+
+
+def _stage(module: str) -> str | None:
+    """The stage of a factory module's import name (`demofactory.build.run` -> build), None for
+    the package's top (`errors`, `_gl`) and for modules outside factory/."""
+    if folder_of(module) != "factory":
+        return None
+    parts = import_name(module).split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in STAGE_ALLOWED else None
+
+
+@pytest.mark.skipif(not STAGE_ALLOWED, reason="factory/ is not split into stages yet")
+def test_each_stage_imports_only_the_stages_it_may():
+    bad = []
+    for module, edges in module_graph().items():
+        stage = _stage(module)
+        if stage is None:
+            continue
+        for target, line in sorted(edges.items()):
+            other = _stage(target)
+            if other not in (None, stage) and other not in STAGE_ALLOWED[stage]:
+                bad.append(f"{module} (line {line}) -> {target}: {stage} may not import {other}")
+    assert not bad, "stage directions (tests/test_layers.py STAGE_ALLOWED):\n" + "\n".join(bad)
