@@ -28,9 +28,11 @@ the file system (every list is sorted).
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,25 +280,101 @@ def rewrite_from_factory_imports(text: str) -> str:
     return pattern.sub(one, text)
 
 
-def rewrite_text(text: str, is_python: bool) -> str:
-    modules = _old_modules()
-    if is_python:
-        text = rewrite_from_factory_imports(text)
-        text = re.sub(
-            r"^([ \t]*)import factory(\s*(#.*)?)$", rf"\1import {NAMESPACE}\2", text, flags=re.M
-        )
-        # `import factory.x` binds the name `factory`: the dotted uses below follow.
+def rewrite_prose(text: str) -> str:
+    """Module names in text that is not code (docs, comments, strings): known modules only, so
+    that `cluster.yaml` or `shards.tar` stay as they are."""
+    modules, libraries = _old_modules(), _library_modules()
     text = _dotted_pattern(modules).sub(lambda m: modules[m.group(1)], text)
-    libraries = _library_modules()
-    text = _dotted_pattern(libraries).sub(lambda m: libraries[m.group(1)], text)
-    if is_python:
-        for folder, name in LIBRARIES.items():
-            text = re.sub(
-                rf"^([ \t]*)from {folder} import ", rf"\1from {name} import ", text, flags=re.M
-            )
-            text = re.sub(
-                rf"^([ \t]*)import {folder}(\s|$)", rf"\1import {name}\2", text, flags=re.M
-            )
+    return _dotted_pattern(libraries).sub(lambda m: libraries[m.group(1)], text)
+
+
+def _code_name(dotted: str) -> str:
+    """A dotted name in an import statement, or used through `import a.b`: its new name."""
+    top = dotted.split(".")[0]
+    if top == "factory":
+        for old, new in _old_modules().items():
+            if dotted == old or dotted.startswith(old + "."):
+                return new + dotted[len(old) :]
+        return NAMESPACE + dotted[len("factory") :]
+    if top in LIBRARIES:
+        return f"{LIBRARIES[top]}{dotted[len(top) :]}"
+    return dotted
+
+
+def _fstring_outside_braces(token: str) -> str:
+    """An f-string's literal parts rewritten as prose; its {expressions} left alone (a variable
+    may be called `cluster`)."""
+    parts = re.split(r"(\{[^{}]*\})", token)
+    return "".join(p if p.startswith("{") else rewrite_prose(p) for p in parts)
+
+
+_LINE_STARTS = (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING)
+
+
+def rewrite_python(text: str) -> str:
+    """Imports, names used through `import a.b`, and module names in strings and comments;
+    other code is left alone (an attribute such as `cluster.address` is no module)."""
+    text = rewrite_from_factory_imports(text)
+    tops = {"factory", *LIBRARIES}
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    bound = set()  # names bound by `import a.b` (a in tops): `a.b.c` in code is then a module
+    for i, tok in enumerate(tokens):
+        if tok.type == tokenize.NAME and tok.string == "import" and i + 1 < len(tokens):
+            if i == 0 or tokens[i - 1].type in _LINE_STARTS:
+                nxt = tokens[i + 1]
+                if nxt.type == tokenize.NAME and nxt.string in tops:
+                    bound.add(nxt.string)
+    offsets = [0]
+    for line in text.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+
+    def at(pos: tuple[int, int]) -> int:
+        return offsets[pos[0] - 1] + pos[1]
+
+    edits: list[tuple[int, int, str]] = []
+    i, head = 0, None  # head: the first name of the statement the token is in
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.type in (tokenize.NEWLINE, tokenize.NL):
+            head = None
+        elif head is None and tok.type == tokenize.NAME:
+            head = tok.string
+        if tok.type == tokenize.COMMENT:
+            edits.append((at(tok.start), at(tok.end), rewrite_prose(tok.string)))
+        elif tok.type == tokenize.STRING:
+            is_f = re.match(r"^[rbuRBU]*[fF]", tok.string) is not None
+            new = _fstring_outside_braces(tok.string) if is_f else rewrite_prose(tok.string)
+            edits.append((at(tok.start), at(tok.end), new))
+        elif tok.type == tokenize.NAME and tok.string in tops:
+            previous = tokens[i - 1] if i else None
+            if previous is not None and previous.type == tokenize.OP and previous.string == ".":
+                i += 1
+                continue  # an attribute: obj.shards
+            j = i
+            while (
+                j + 2 < len(tokens)
+                and tokens[j + 1].type == tokenize.OP
+                and tokens[j + 1].string == "."
+                and tokens[j + 2].type == tokenize.NAME
+            ):
+                j += 2
+            dotted = "".join(t.string for t in tokens[i : j + 1])
+            after = previous.string if previous is not None else ""
+            module_slot = head == "import" or (head == "from" and after == "from")
+            if module_slot or (tok.string in bound and head not in ("import", "from")):
+                new = _code_name(dotted)
+                if new != dotted:
+                    edits.append((at(tok.start), at(tokens[j].end), new))
+            i = j + 1
+            continue
+        i += 1
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def rewrite_text(text: str, is_python: bool) -> str:
+    text = rewrite_python(text) if is_python else rewrite_prose(text)
     # file paths: factory/sim.py -> factory/simulation/scene.py (the folders stay)
     for stem, target in MODULES.items():
         new = target.replace(".", "/")
