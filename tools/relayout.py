@@ -28,6 +28,7 @@ the file system (every list is sorted).
 from __future__ import annotations
 
 import argparse
+import ast
 import io
 import re
 import subprocess
@@ -469,12 +470,77 @@ def fill_stage_table(dry: bool, actions: list[str]) -> None:
 # --------------------------------------------------------------- 5. tidy
 
 
+LINE_LENGTH = 100
+DIAGRAM = re.compile(r"[─│┌┐└┘├┤►◄▼▲]")  # drawn lines are left for a person to redraw
+
+
+def _docstring_lines(tree: ast.AST) -> set[int]:
+    lines = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                lines.update(range(value.lineno, value.end_lineno + 1))
+    return lines
+
+
+def _split(line: str, indent: str, prefix: str = "") -> list[str]:
+    """`line` as lines of at most LINE_LENGTH, broken at spaces, continued at `indent` + `prefix`."""
+    out = []
+    while len(line) > LINE_LENGTH:
+        cut = line.rfind(" ", len(indent) + len(prefix) + 1, LINE_LENGTH + 1)
+        if cut <= 0:
+            break
+        out.append(line[:cut].rstrip())
+        line = indent + prefix + line[cut + 1 :].lstrip()
+    return [*out, line]
+
+
+def wrap_long_lines(path: Path) -> int:
+    """Break comment and docstring lines the longer names pushed past LINE_LENGTH; returns how
+    many long lines are left (code, drawn diagrams)."""
+    text = path.read_text()
+    try:
+        docstrings = _docstring_lines(ast.parse(text))
+    except SyntaxError:
+        return 0
+    out, left = [], 0
+    for number, line in enumerate(text.split("\n"), start=1):
+        if len(line) <= LINE_LENGTH or DIAGRAM.search(line):
+            left += len(line) > LINE_LENGTH
+            out.append(line)
+            continue
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        if stripped.startswith("#"):
+            out += _split(line, indent, "# ")
+        elif number in docstrings:
+            body_indent = indent if not stripped.startswith(('"""', 'r"""')) else indent
+            out += _split(line, body_indent)
+        else:
+            left += 1
+            out.append(line)
+    new = "\n".join(out)
+    if new != text:
+        path.write_text(new)
+    return left
+
+
 def tidy(dry: bool, actions: list[str]) -> None:
     if dry:
         log(actions, "would run tools/join_split_comments.py, ruff check --fix, ruff format")
         return
     python = sys.executable
     subprocess.run([python, "tools/join_split_comments.py"], cwd=ROOT, check=True)
+    left = {}
+    for path in _files_to_rewrite():
+        if path.suffix == ".py":
+            count = wrap_long_lines(path)
+            if count:
+                left[str(path.relative_to(ROOT))] = count
+    for name, count in sorted(left.items()):
+        log(actions, f"left for a person: {count} line(s) over {LINE_LENGTH} columns in {name}")
     ruff = Path(python).parent / "ruff"
     ruff_cmd = [str(ruff)] if ruff.exists() else [python, "-m", "ruff"]
     subprocess.run([*ruff_cmd, "check", "--fix", "-q", "--select", "I,F401", "."], cwd=ROOT)
