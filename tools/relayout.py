@@ -486,7 +486,7 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
 
 
 def _split(line: str, indent: str, prefix: str = "") -> list[str]:
-    """`line` as lines of at most LINE_LENGTH, broken at spaces, continued at `indent` + `prefix`."""
+    """`line` as lines of at most LINE_LENGTH, broken at spaces, continued at indent + prefix."""
     out = []
     while len(line) > LINE_LENGTH:
         cut = line.rfind(" ", len(indent) + len(prefix) + 1, LINE_LENGTH + 1)
