@@ -455,11 +455,11 @@ def fill_stage_table(dry: bool, actions: list[str]) -> None:
         for stage, allowed in STAGE_ALLOWED.items()
     )
     new = re.sub(
-        r"STAGE_ALLOWED: dict\[str, set\[str\]\] = \{[^}]*?\}\n(?=\S)|"
-        r"STAGE_ALLOWED: dict\[str, set\[str\]\] = \{\n(?:    [^\n]*\n)*\}\n",
+        r"^STAGE_ALLOWED: dict\[str, set\[str\]\] = \{(?:\}|\n(?:    [^\n]*\n)*\})\n",
         "STAGE_ALLOWED: dict[str, set[str]] = {\n" + body + "}\n",
         text,
         count=1,
+        flags=re.M,
     )
     if new != text:
         log(actions, "tests/test_layers.py: STAGE_ALLOWED filled")
