@@ -25,51 +25,27 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from factory.adapters import appearance_params, mimicgen_params
 from factory.adr import adr_physics
-from factory.cross_robot import annotate_seed
-from factory.demos import load_seed_demos
 from factory.divergence import RobustnessFilter
-from factory.errors import SpecError, UserError
+from factory.errors import UserError
 from factory.failures import KEEP_PER_SHARD, save_failures
 from factory.language import episode_language, paint_objects
 from factory.physics import PhysicsDraw, draw_physics, physics_rng
 from factory.render import FrameRenderer
 from factory.shard_output import shard_output
 from factory.shard_records import ShardResult, ShardTask
-from factory.sim import ACTION_LAYOUT, Scene
+from factory.sim import Scene
 from factory.spec import SceneSpec
 from factory.spec_sections import PhysicsSpec
 from generators.appearance import AppearanceDraw, AppearanceRandomizer, variant_rng
 from generators.mimicgen import AttemptPlan, attempt_seed, failure_phase, generate_attempt
 from generators.records import AnnotatedDemo, Attempt
 from shards import Episode, EpisodeRecord, write_shard
-
-
-def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
-    """Load every seed demo of the spec and annotate it in `scene` (raises UserError)."""
-    demos, others = [], {}  # others: a scene per other robot that recorded demos
-    for i, rel in enumerate(spec.seed_demos):
-        path = spec.resolve_path(rel)
-        if not path.is_file():
-            raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
-        loaded = load_seed_demos(path)
-        width = sum(n for _, n in ACTION_LAYOUT)
-        for demo in loaded:
-            # generation replays them as the arm's delta-pose actions
-            if demo.actions.shape[1] != width:
-                layout = ", ".join(f"{k} {n}" for k, n in ACTION_LAYOUT)
-                raise UserError(
-                    f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
-                    f"{width} ({layout}) for {spec.task.controller}"
-                )
-        demos.extend(annotate_seed(scene, demo, others) for demo in loaded)
-    return [replace(d, robot=spec.task.robot) for d in demos]
 
 
 def instruction_for(spec: SceneSpec, seed: int) -> str:
@@ -128,7 +104,7 @@ class ShardWorker:
 
     def worker_for(self, attempt_id: int) -> ShardWorker:
         """The worker that runs `attempt_id`: this one (a mixed-robot dataset's
-        `factory.embodiments.MixedShardWorker` picks the attempt's robot's)."""
+        `factory.mixed_worker.MixedShardWorker` picks the attempt's robot's)."""
         return self
 
     def prepare(self, dataset_dir: Path) -> None:

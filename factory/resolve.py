@@ -6,20 +6,42 @@ and checks everything that needs it, with messages that name the field to fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from factory.adapters import mimicgen_params, placement_params
+from factory.cross_robot import annotate_seed
+from factory.demos import load_seed_demos
 from factory.embodiments import robot_spec
-from factory.errors import SpecError
-from factory.pipeline import prepare_demos
+from factory.errors import SpecError, UserError
 from factory.robots import check_robot
-from factory.sim import Placement, Scene
+from factory.sim import ACTION_LAYOUT, Placement, Scene
 from factory.spec import SceneSpec
 from generators.mimicgen import sample_placement
 from generators.params import MimicGenParams
 from generators.records import AnnotatedDemo
+
+
+def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
+    """Load every seed demo of the spec and annotate it in `scene` (raises UserError)."""
+    demos, others = [], {}  # others: a scene per other robot that recorded demos
+    for i, rel in enumerate(spec.seed_demos):
+        path = spec.resolve_path(rel)
+        if not path.is_file():
+            raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
+        loaded = load_seed_demos(path)
+        width = sum(n for _, n in ACTION_LAYOUT)
+        for demo in loaded:
+            # generation replays them as the arm's delta-pose actions
+            if demo.actions.shape[1] != width:
+                layout = ", ".join(f"{k} {n}" for k, n in ACTION_LAYOUT)
+                raise UserError(
+                    f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
+                    f"{width} ({layout}) for {spec.task.controller}"
+                )
+        demos.extend(annotate_seed(scene, demo, others) for demo in loaded)
+    return [replace(d, robot=spec.task.robot) for d in demos]
 
 
 @dataclass

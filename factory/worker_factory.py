@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from factory import robot_repairs
-from factory.embodiments import MixedShardWorker
+from factory.mixed_worker import MixedShardWorker
 from factory.mujoco_log import route_mujoco_warnings
 from factory.spec import SceneSpec
 

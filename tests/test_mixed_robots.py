@@ -145,7 +145,7 @@ def test_the_jaco_closes_on_plus_one_and_its_open_hand_reads_open(tmp_path):
 def mixed_dataset(tmp_path_factory):
     """One shard of two attempts (attempt 0 on the Panda, 1 on the Sawyer), physics only,
     finished as `factory run` finishes a dataset (without Ray); and the resolved spec."""
-    from factory.embodiments import MixedShardWorker
+    from factory.mixed_worker import MixedShardWorker
     from factory.recorder import DatasetRecorder
     from factory.resolve import resolve_spec
     from factory.run import dataset_info
@@ -307,7 +307,7 @@ def test_exports_carry_the_robots_and_robomimic_refuses_a_mix(mixed_dataset, tmp
 
 
 def test_a_mixed_spec_gets_a_worker_per_robot_built_on_need(tmp_path):
-    from factory.embodiments import MixedShardWorker
+    from factory.mixed_worker import MixedShardWorker
     from factory.worker_factory import ShardWorkerFactory
 
     spec = load_spec(write_spec(tmp_path / "m.yaml", task={"robots": PANDA_SAWYER}))
