@@ -6,6 +6,7 @@ system's site-packages; enabled once pyproject.toml maps the namespace (tools/re
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
@@ -49,9 +50,11 @@ def test_the_wheel_installs_one_package_and_its_dist_info(tmp_path):
     site = _site_packages(env)
     before = {p.name for p in site.iterdir()}
     python = env / "bin" / "python"
+    # The venv's own paths only: an inherited PYTHONPATH would show pip this checkout's install.
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     subprocess.run(
         [str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
-        check=True, capture_output=True, text=True, timeout=600,
+        check=True, capture_output=True, text=True, timeout=600, env=clean,
     )  # fmt: skip
     added = sorted({p.name for p in site.iterdir()} - before)
     assert len(added) == 2 and added[0] == "demofactory", added
