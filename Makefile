@@ -42,7 +42,7 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 
-# scene_specs/schema.json and the README's spec tables, from the spec models' descriptions.
+# scene_specs/schema.json and docs/spec_reference.md's tables, from the spec models' descriptions.
 schema: install
 	$(BIN)/factory spec-help --write
 

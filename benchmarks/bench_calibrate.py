@@ -46,9 +46,9 @@ def main() -> None:
         load_recordings,
         record,
         rollout,
-        run_calibration,
         save_recordings,
     )
+    from factory.calibrate_run import run_calibration
     from factory.demos import load_seed_demos
     from factory.sim import Scene
     from factory.spec import load_spec
@@ -169,4 +169,7 @@ def plot(path: Path, params: dict, result, scene) -> None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -24,8 +24,9 @@ from pathlib import Path
 import yaml
 
 from factory.divergence_run import CHECK_STEPS, score_recorded
-from factory.pipeline import ShardTask, ShardWorker
+from factory.pipeline import ShardWorker
 from factory.resolve import resolve_spec
+from factory.shard_records import ShardTask
 from factory.spec import load_spec
 from shards.metadata import EpisodeRecord
 
@@ -103,4 +104,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -45,7 +45,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from factory.pipeline import ShardResult, ShardTask  # noqa: E402
+from factory.shard_records import ShardResult, ShardTask  # noqa: E402
 from shards import EpisodeRecord, ShardInfo, shard_name, shards_dir  # noqa: E402
 from shards.partial_stats import QUANTILE_ERROR_OF_RANGE, merge_all, partial_stats  # noqa: E402
 from shards.stats import save_sidecar, sidecar_path  # noqa: E402

@@ -28,8 +28,8 @@ import time
 
 import numpy as np
 
-from factory.pipeline import plan_shards
 from factory.resolve import resolve_spec
+from factory.shard_records import plan_shards
 from factory.sim import Placement
 from factory.spec import load_spec
 from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
@@ -205,4 +205,7 @@ def run_suite(attempts: int, only: list[str] | None) -> None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

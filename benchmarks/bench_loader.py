@@ -121,9 +121,8 @@ def run_loader(root: Path) -> int:
 
 def run_jpeg_ceiling(frames: list[bytes]) -> int:
     for data in frames:
-        _decode_jpeg(
-            data, "uint8"
-        )  # the loader's own decode: the ceiling follows it when it changes
+        # the loader's own decode: the ceiling follows it when it changes
+        _decode_jpeg(data, "uint8")
     return len(frames) // len(CAMERAS)
 
 

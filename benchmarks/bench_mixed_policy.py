@@ -31,7 +31,8 @@ from pathlib import Path
 import factory  # noqa: F401  (selects the GL backend before robosuite)
 from factory.resolve import resolve_spec
 from factory.spec import load_spec
-from factory.train_eval import TrainEvalConfig, train_eval
+from factory.train_eval import train_eval
+from factory.train_eval_config import TrainEvalConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "scene_specs/mixed/lift_mixed_lowdim.yaml"
@@ -132,4 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -44,7 +44,9 @@ from factory.eval_physics import load_eval_physics
 from factory.policy import ChunkPolicy, ObsLayout
 from factory.resolve import resolve_spec
 from factory.spec import load_spec
-from factory.train_eval import TrainEvalConfig, evaluate, train_eval
+from factory.train_core import evaluate
+from factory.train_eval import train_eval
+from factory.train_eval_config import TrainEvalConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = {  # task -> (nominal spec: rollouts and nominal data, randomized data's spec)
@@ -282,4 +284,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -30,7 +30,8 @@ import factory  # noqa: F401  (selects the GL backend before robosuite)
 from factory.resolve import resolve_spec
 from factory.seeds import write_seed_dataset
 from factory.spec import load_spec
-from factory.train_eval import TrainEvalConfig, train_eval
+from factory.train_eval import train_eval
+from factory.train_eval_config import TrainEvalConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = {
@@ -146,4 +147,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

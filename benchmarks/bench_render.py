@@ -99,9 +99,8 @@ def main() -> None:
     factory = FrameRenderer(scene, [cam], spec.render)
     threaded = FrameRenderer(scene, [cam], spec.render, encode_threads=1)
     bare = mujoco.Renderer(scene.model, height=args.size, width=args.size)
-    visual_only = (
-        mujoco.MjvOption()
-    )  # the same geoms as the factory draws: visual (group 1), not collision
+    # the same geoms as the factory draws: visual (group 1), not collision
+    visual_only = mujoco.MjvOption()
     visual_only.geomgroup[0], visual_only.geomgroup[1] = 0, 1
 
     def bare_render(state, reflections=spec.render.reflections, shadows=spec.render.shadows):
@@ -166,4 +165,7 @@ def _time(fn) -> float:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

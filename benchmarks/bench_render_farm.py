@@ -47,9 +47,11 @@ def _load(args):
 
 
 def _worker(args, barrier, results) -> None:
+    from factory import robot_repairs
     from factory.render import FrameRenderer
     from factory.spec import CameraSpec, RenderSpec
 
+    robot_repairs.install()  # a spawned process: robosuite's registries start afresh
     scene, states = _load(args)
     states = states[: args.frames]
     names = ["agentview", "robot0_eye_in_hand", "frontview", "birdview", "sideview"][: args.cameras]
@@ -148,4 +150,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

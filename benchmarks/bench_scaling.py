@@ -68,9 +68,10 @@ def write_spec(path: Path, attempts: int, per_shard: int, horizon: int = 400) ->
 def run_loop(spec_path: Path, out: Path) -> tuple[float, float]:
     """Every shard with ShardWorker.run_shard in this process, timed from spec resolution to stats;
     (wall seconds, CPU seconds of this process)."""
-    from factory.pipeline import ShardWorker, plan_shards
+    from factory.pipeline import ShardWorker
     from factory.resolve import resolve_spec
     from factory.run import DatasetRecorder, dataset_info
+    from factory.shard_records import plan_shards
     from factory.spec import load_spec
     from shards import save_dataset_info
 
@@ -106,8 +107,8 @@ def run_cli(spec_path: Path, out: Path, workers: int) -> tuple[float, float]:
 def run_in_cluster(resolved, out: Path, workers: int) -> dict:
     """run_shards on the connected cluster, as run_dataset does: wall and steady-state seconds."""
     from cluster.runner import ClusterConfig, run_shards
-    from factory.pipeline import plan_shards
     from factory.run import DatasetRecorder, dataset_info
+    from factory.shard_records import plan_shards
     from factory.worker_factory import ShardWorkerFactory
     from shards import save_dataset_info
 
@@ -156,8 +157,8 @@ def summary(out: Path) -> dict:
 
 def commit_time_at(shards: int, spec_path: Path, dataset: Path, out: Path) -> float:
     """One commit of a dataset of `shards` shards, built from `dataset`'s results, new names."""
-    from factory.pipeline import ShardTask, plan_shards
     from factory.run import DatasetRecorder, finished_results
+    from factory.shard_records import ShardTask, plan_shards
     from factory.spec import load_spec
 
     real = list(finished_results(dataset, plan_shards(load_spec(spec_path))).values())
@@ -305,4 +306,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -77,9 +77,8 @@ def main() -> None:
             name: sum(p.numel() for p in getattr(pipe, name).parameters())
             for name in ("unet", "vae", "text_encoder")
         }
-        tb.render_texture(
-            pipe, bank.prompts[0], tb.image_seed(1, 0, 999), bank
-        )  # warm-up (kernels, caches)
+        # warm-up (kernels, caches)
+        tb.render_texture(pipe, bank.prompts[0], tb.image_seed(1, 0, 999), bank)
 
         t0 = time.perf_counter()
         for j in range(args.images):

@@ -35,7 +35,8 @@ from pathlib import Path
 import factory  # noqa: F401  (selects the GL backend before robosuite)
 from factory.resolve import resolve_spec
 from factory.spec import load_spec
-from factory.train_eval import TrainEvalConfig, train_eval
+from factory.train_eval import train_eval
+from factory.train_eval_config import TrainEvalConfig
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {
@@ -118,7 +119,7 @@ def grounding_figure(policy_file: Path, out: Path, scenes: int = 3) -> None:
     from factory.policy import make_observation
     from factory.render import FrameRenderer
     from factory.spec import CameraSpec
-    from factory.train_eval import eval_seed, start_state
+    from factory.train_core import eval_seed, start_state
     from factory.vla import InstructedPolicy, load_vla
     from factory.vla_train import frames_view, proprio_layout
     from generators.mimicgen import sample_placement
@@ -285,4 +286,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
+    from factory import robot_repairs
+
+    robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -207,9 +207,8 @@ class LocalCluster:
                 node.kill()
                 node.wait()
         while ours and time.monotonic() < deadline:
-            ours = {
-                pid: t for pid, t in ours.items() if start_time(pid) == t
-            }  # same process, still there
+            # same process, still there
+            ours = {pid: t for pid, t in ours.items() if start_time(pid) == t}
             time.sleep(0.2)
         for pid in ours:
             try:

@@ -27,9 +27,8 @@ _SCAN_S = 1.0  # while the cluster starts (agents, workers appear)
 _SCAN_LATER_S = 3.0  # after _SETTLED_S: new processes are rare then (a replacement worker)
 _SETTLED_S = 10.0
 _GRACE_S = 5.0
-_reapers: list[
-    subprocess.Popen
-] = []  # kept referenced: a reaper's stdin closes when its driver ends
+# kept referenced: a reaper's stdin closes when its driver ends
+_reapers: list[subprocess.Popen] = []
 
 
 def children(pid: int) -> dict[int, int]:

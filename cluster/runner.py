@@ -25,7 +25,7 @@ Faults, and what happens:
   disk is full)                  the error (one line for an OSError).
   the driver dies                Ray ends its actors; a re-run resumes from the manifest.
 
-Length (~580 lines): the fault table above is implemented by one scheduling loop and the actor
+Why one module: the fault table above is implemented by one scheduling loop and the actor
 bookkeeping it mutates; splitting them would put a fault's detection and its handling in two
 files.
 """
@@ -81,9 +81,8 @@ logging.getLogger("ray._private.authentication.authentication_token_setup").addF
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    workers: (
-        int | None
-    )  # actors, one CPU each; None: one per CPU the cluster has, growing as nodes join
+    # actors, one CPU each; None: one per CPU the cluster has, growing as nodes join
+    workers: int | None
     address: str | None = (
         None  # an existing cluster ("auto", "10.0.0.1:6379", ...); None: start one
     )
@@ -91,9 +90,8 @@ class ClusterConfig:
     gpus_per_worker: float = (
         0.0  # GPUs per actor (fractions share a GPU); > 0: MuJoCo renders with EGL on it
     )
-    worker_env: Mapping[str, str] = dataclasses.field(
-        default_factory=dict
-    )  # environment variables set in every worker (Ray's runtime_env env_vars)
+    # environment variables set in every worker (Ray's runtime_env env_vars)
+    worker_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     user_errors: tuple[type, ...] = ()  # raised by a worker: reported as they are, one line
 
 
@@ -177,9 +175,8 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
         # the caller's handler (the CLI's: a clean "interrupted") stays in charge.
         if sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, sigterm)
-    started = {
-        pid: t for pid, t in children(os.getpid()).items() if before.get(pid) != t
-    }  # gcs, raylet, ...
+    # gcs, raylet, ...
+    started = {pid: t for pid, t in children(os.getpid()).items() if before.get(pid) != t}
     return watch_local_cluster(started)
 
 
@@ -448,9 +445,8 @@ class _Dispatcher:
             # (deferred commits, a store's sync) rides on should_stop.
             if not stopping() and queue:
                 self._grow()
-            if (
-                ready and rest
-            ):  # everything else done by now too, in one pass: many workers, one driver
+            # everything else done by now too, in one pass: many workers, one driver
+            if ready and rest:
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             self._drain_progress()
             for ref in ready:
@@ -535,9 +531,8 @@ class _Dispatcher:
             self.idle.append(worker)
             self._fail(_shard_error(task, err, self.out_dir, self.config.user_errors))
             return
-        self.on_result(
-            result
-        )  # its attempts were drained just before: they were queued before it returned
+        # its attempts were drained just before: they were queued before it returned
+        self.on_result(result)
         self.idle.append(worker)
 
     def _lost(

@@ -25,6 +25,7 @@ import numpy as np
 from factory.output_dir import GENERATION_FILENAME, load_generation
 from factory.physics import draw_physics, physics_rng
 from factory.spec_sections import AdrSpec, PhysicsSpec
+from generators.mimicgen import AttemptPlan, generate_attempt
 from shards.format import dumps_json, write_text_atomic
 
 ADR_STREAM = 0x616472  # "adr": probe seeds apart from the dataset's attempts
@@ -95,7 +96,6 @@ def run_adr(
 
 def scene_attempt(scene, demos: Sequence, params) -> Callable[[int, PhysicsSpec], bool]:
     """`run_adr`'s attempt in a `factory.sim.Scene`: draw, apply, generate."""
-    from generators.mimicgen import AttemptPlan, generate_attempt
 
     def attempt(seed: int, ranges: PhysicsSpec) -> bool:
         scene.set_physics(draw_physics(ranges, physics_rng(seed), scene.physics.gravity))

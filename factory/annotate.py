@@ -30,9 +30,9 @@ import numpy as np
 from factory.adapters import SKILL_MARGIN
 from factory.errors import SpecError, UserError
 from factory.fixtures import infer_fixture_poses
-from factory.predicates import HAND, Predicate, parse_predicate
-from factory.records import AnnotatedDemo, SeedDemo
 from factory.sim import Scene
+from generators.predicates import HAND, Predicate, parse_predicate
+from generators.records import AnnotatedDemo, SeedDemo
 from generators.skills import event_steps, paused_steps, relative_positions, skill_start
 
 MIN_RUN = 3  # steps a predicate must hold in a row to count (20 Hz: 0.15 s)
@@ -59,9 +59,8 @@ def annotate_demo(scene: Scene, demo: SeedDemo) -> AnnotatedDemo:
     fingers = np.empty((count, len(scene._gripper_qpos)))
     scene.reset(demo.fixture_poses)
     if demo.fixture_poses is None and scene.has_redrawn_fixtures:
-        infer_fixture_poses(
-            scene, demo
-        )  # a human demo of a Door-like task: the hand tells where it was
+        # a human demo of a Door-like task: the hand tells where it was
+        infer_fixture_poses(scene, demo)
     fixtures = scene.fixture_poses()
     for t, state in enumerate(demo.states):
         scene.set_state(state)
@@ -225,9 +224,8 @@ def segment_starts(
         for column, body in enumerate(bodies):
             if body in concern or end - start < 2:
                 continue
-            path = xpos[
-                start:end, column, :2
-            ]  # across the table: falling or settling is not handling
+            # across the table: falling or settling is not handling
+            path = xpos[start:end, column, :2]
             if np.linalg.norm(path - path[0], axis=1).max() > OTHER_TRAVEL:
                 moving = np.flatnonzero(np.linalg.norm(np.diff(path, axis=0), axis=1) > 1e-3)
                 start = max(start, min(start + int(moving[-1]) + 1, end - 1))
@@ -270,9 +268,8 @@ def segment_demo(
     while pending:
         happen = {i: int(r[r > start][0]) for i in pending if (r := runs[i])[r > start].size}
         if not happen and len(pending) == 1 and finishing is None and holds[-1, pending[0]]:
-            happen = {
-                pending[0]: demo.length
-            }  # the last one: held all along and at the end, it runs to the end
+            # the last one: held all along and at the end, it runs to the end
+            happen = {pending[0]: demo.length}
         if not happen:
             _never(demo, pending[0], labels[pending[0]], start)
         chosen = min(pending, key=lambda i: (happen.get(i, demo.length + 1), i))
@@ -295,9 +292,8 @@ def segment_demo(
             done = (
                 runs[index][runs[index] > after] if index == finishing else np.array([], dtype=int)
             )
-            if (
-                done.size
-            ):  # the task is done: a short tail lets the hand settle; the rest is not this task
+            # the task is done: a short tail lets the hand settle; the rest is not this task
+            if done.size:
                 ends[index] = min(demo.length, int(done[0]) + FINISH_TAIL)
                 reasons[index] = (
                     f"the task is done ({labels[index]} from step {int(done[0])}), "
@@ -314,9 +310,8 @@ def segment_demo(
             later = done[done > firsts[position]]
             limit = int(later[0]) if later.size else demo.length
         candidates = runs[index][(runs[index] > start) & (runs[index] < limit)]
-        if (
-            not candidates.size
-        ):  # cannot happen with the limits above; a clear error if it ever does
+        # cannot happen with the limits above; a clear error if it ever does
+        if not candidates.size:
             _never(demo, index, labels[index], start)
         end = int(candidates[-1]) + 1
         times = len(candidates)

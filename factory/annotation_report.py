@@ -13,8 +13,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from factory.annotate import subtask_predicates
-from factory.records import AnnotatedDemo
 from factory.spec import SceneSpec
+from generators.records import AnnotatedDemo
 
 LANE, LABEL_WIDTH, PLOT_WIDTH, MARGIN = 22, 330, 900, 10
 # One colour per segment, cycling; predicates are drawn in the colour of their subtask.

@@ -27,8 +27,8 @@ code a spec's `physics:` section runs): recompiling robosuite's model per evalua
 require rebuilding the env around it. sysid's Parameter/ParameterDict, `optimize` and
 `calculate_intervals` are used as they are.
 
-Length (~500 lines): parameters, recordings, model edits, rollout, fit and the command share the
-ParamChoice/Recording records; the fragment and the HTML report are in calibrate_report.py.
+The fragment and the HTML report are in `factory.calibrate_report`; the command that checks,
+fits and writes both is `factory.calibrate_run.run_calibration`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ from typing import TextIO
 import mujoco
 import numpy as np
 
+from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
+from factory.physics import PhysicsDraw
 from factory.sim import Scene
 
 # What each --params name scales. "target" kinds: an object (spec object name, MuJoCo body name or
@@ -128,8 +130,6 @@ def parse_params(tokens: list[str]) -> list[ParamChoice]:
 # --- recordings ---------------------------------------------------------------------------------
 def load_recordings(paths: list[Path], scene: Scene, max_steps: int | None) -> list[Recording]:
     """Every demo of every file, checked against `scene`; a UserError names file and field."""
-    from factory.demos import load_seed_demos
-
     spec, out = scene.spec, []
     action_dim = scene.env.action_dim
     for path in paths:
@@ -191,8 +191,6 @@ class ModelEditor:
 
     def apply(self, values: dict[str, float]) -> float:
         """The nominal model, then every value in `values` (name -> value); returns the delay."""
-        from factory.physics import PhysicsDraw
-
         scaled: dict[str, dict[str, float]] = {kind: {} for kind in KINDS if KINDS[kind]}
         gains = {"kp": 1.0, "damping_ratio": 1.0, "delay": 0.0}
         for c in self.choices:
@@ -447,45 +445,6 @@ def record(
         return [(rollout(scene, s, a, delay), a) for s, a in zip(starts, actions, strict=True)]
     finally:
         editor.restore()
-
-
-# --- the command --------------------------------------------------------------------------------
-def run_calibration(
-    spec_path: Path,
-    recording_paths: list[Path],
-    param_tokens: list[str],
-    out: Path,
-    report: Path,
-    command: str,
-    max_steps: int | None = None,
-    max_iters: int = 30,
-    log: TextIO | None = None,
-) -> Calibration:
-    """Check everything (params, spec, recordings, targets), fit, then write `out` and `report`.
-
-    Every check runs before the fit and nothing is written before it ends: a bad input leaves
-    no file behind.
-    """
-    from factory.calibrate_report import fragment_text, report_html, write_atomically
-    from factory.errors import SpecError
-    from factory.spec import load_spec
-
-    choices = parse_params(param_tokens)
-    spec = load_spec(spec_path)
-    try:
-        scene = Scene(spec)
-    except SpecError:
-        raise
-    except Exception as err:  # robosuite raises bare exceptions for unusable combinations
-        raise SpecError(
-            spec.path, "task", f"robosuite cannot build {spec.task.env}: {err}"
-        ) from None
-    recordings = load_recordings(recording_paths, scene, max_steps)
-    ModelEditor(scene, choices)  # the targets exist: a UserError before the fit otherwise
-    result = calibrate(scene, recordings, choices, max_iters=max_iters, log=log)
-    write_atomically(out, fragment_text(result, spec.path, out, command))
-    write_atomically(report, report_html(result, scene, f"factory calibrate: {spec.name}"))
-    return result
 
 
 def save_recordings(

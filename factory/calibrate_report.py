@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from factory.calibrate import Calibration
+from factory.calibrate import Calibration, observed_columns
 
 # The physics: section's layout: kinds with a target map target -> value, the others are numbers.
 TARGETED = ("friction", "mass", "joint_damping", "joint_armature")
@@ -120,8 +120,6 @@ def _series(scene, recorded: np.ndarray, replays: dict[str, list[np.ndarray]], i
     """sysid TimeSeries (recorded, initial, fitted) of the compared state columns, one scalar
     signal each (sysid's SignalReport lays out one subplot per signal name)."""
     from mujoco.sysid import SignalType, TimeSeries
-
-    from factory.calibrate import observed_columns
 
     joints, pos, _ = observed_columns(scene)  # orientations: in the residual, not plotted
     columns = np.concatenate([joints, pos])

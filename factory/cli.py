@@ -2,7 +2,7 @@
 
     factory validate scene_specs/stack.yaml
     factory validate scene_specs/cube_bowl.yaml --still out/stills   # + one PNG per camera
-    factory spec-help [generation.transit]   # what a spec field means; --write: schema, README
+    factory spec-help [generation.transit]   # what a field means; --write: schema, reference
     factory annotate scene_specs/stack.yaml [--plot out/annotate]
     factory annotate --suggest scene_specs/demos/lift_panda_1demo_robosuite100.hdf5  # a spec
     factory annotate scene_specs/lift.yaml --replay 2   # each demo regenerates itself?
@@ -25,7 +25,7 @@
 Bad input (a spec, a seed file, an output directory) prints one line naming
 the file, the field and what was expected, and exits with code 2.
 
-Length (~670 lines): one small `cmd_*` entry per verb (each delegates to its module) and the
+Why one module: one small `cmd_*` entry per verb (each delegates to its module) and the
 one parser; most of the length is argparse help text, kept beside the flags it documents.
 """
 
@@ -39,6 +39,7 @@ import typing
 from pathlib import Path
 
 from factory.errors import USER_FACING_ERRORS, SpecError, UserError
+from factory.overrides import ALIASES, add_set_argument, spec_overrides
 
 
 def _int_at_least(lowest: int):
@@ -92,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--write",
         action="store_true",
-        help="write scene_specs/schema.json and the README's spec tables (run in the repo root)",
+        help="write scene_specs/schema.json and docs/spec_reference.md's tables "
+        "(run in the repo root)",
     )
 
     p = sub.add_parser(
@@ -169,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("step", "episode"),
         help="one sample a step or an episode in the shards (overrides output.shard_layout)",
     )
+    add_set_argument(p, ALIASES["run"])
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--truncate",
@@ -253,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--demos", type=_positive_int, help="demos to record (overrides script.demos)")
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
+    add_set_argument(p, ALIASES["script"])
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no line per try on stderr")
 
@@ -481,7 +485,7 @@ def cmd_collect(args) -> int:
 def cmd_calibrate(args) -> int:
     import math
 
-    from factory.calibrate import run_calibration
+    from factory.calibrate_run import run_calibration
 
     report = args.report or args.out.with_suffix(".html")
     for path, flag in ((args.out, "--out"), (report, "--report")):
@@ -636,15 +640,7 @@ def cmd_run(args) -> int:
     from factory.report import format_summary, summarize
     from factory.run import run_dataset
 
-    overrides = {}
-    if args.attempts is not None:
-        overrides["generation.attempts"] = args.attempts
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    if args.successes is not None:
-        overrides["generation.target_successes"] = args.successes
-    if args.shard_layout is not None:
-        overrides["output.shard_layout"] = args.shard_layout
+    overrides = spec_overrides(args, "run")  # --set, and its aliases --attempts, ...
     spec = _check(
         args.spec, overrides, args.out, args.truncate
     )  # resolved by run_dataset, while the cluster starts
@@ -801,7 +797,8 @@ def cmd_seeds(args) -> int:
 def cmd_script(args) -> int:
     from factory.spec import load_spec
 
-    overrides = {"seed": args.seed} if args.seed is not None else {}
+    overrides = spec_overrides(args, "script")  # --set, and its aliases --seed, ...
+    demos = overrides.pop("script.demos", None)  # applied once the spec is known to script
     spec = load_spec(args.spec, overrides)
     if spec.script is None:
         raise SpecError(
@@ -810,8 +807,8 @@ def cmd_script(args) -> int:
             "no script: section (waypoints to record seed demos from; "
             "see scene_specs/pick_place_can.yaml)",
         )
-    if args.demos is not None:
-        spec = load_spec(args.spec, {**overrides, "script.demos": args.demos})
+    if demos is not None:
+        spec = load_spec(args.spec, {**overrides, "script.demos": demos})
     from factory.script import check_output, make_scene, model_xml, record_demos, save_demos
 
     check_output(args.out, args.force)  # before the env is built
@@ -945,6 +942,10 @@ def _main(args) -> int:
         from factory.mujoco_log import route_mujoco_warnings
 
         route_mujoco_warnings()
+    if args.command not in ("verify", "inspect", "export", "spec-help"):  # those build no env
+        from factory import robot_repairs  # robosuite: only for the verbs that build envs
+
+        robot_repairs.install()  # before any env is built (preview: --failures re-renders)
     try:
         return COMMANDS[args.command](args)
     except USER_FACING_ERRORS as err:

@@ -24,7 +24,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from factory import robot_repairs
 from factory.errors import UserError
+from factory.script import check_output, env_info
 from factory.sim import Scene
 from factory.spec import SceneSpec
 
@@ -36,11 +38,9 @@ def make_collect_env(spec: SceneSpec, viewer: bool):
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 
-    from factory import arm_fixes, gripper_fixes
-    from factory.scene_build import env_kwargs
+    from factory.scene_build import env_kwargs  # robosuite: as the imports above
 
-    gripper_fixes.install()  # the hands and arms generation builds (factory.sim.make_env)
-    arm_fixes.install()
+    robot_repairs.require_installed()  # the hands and arms generation builds (make_env)
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
     return robosuite.make(
         spec.task.env,
@@ -112,8 +112,6 @@ def collect(
     max_tries: int | None = None,
 ) -> list[int]:
     """Record `demos` successful demos into `out` (robosuite's raw hdf5); their lengths."""
-    from factory.script import check_output
-
     check_output(out, force=False)
     env = make_collect_env(spec, viewer)
     scene = Scene(spec, env=env)
@@ -135,8 +133,6 @@ def collect(
 def save_raw_hdf5(path: Path, spec: SceneSpec, model_xml: str, demos: list) -> None:
     """robosuite's collection layout, written to a temporary name and renamed."""
     import robosuite
-
-    from factory.script import env_info
 
     now = datetime.datetime.now()
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

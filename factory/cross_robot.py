@@ -23,11 +23,11 @@ import numpy as np
 
 from factory.annotate import annotate_demo
 from factory.grasp_frame import geom_corners, grasp_frame, nearer_half_turn, retarget_eef
-from factory.gripper_sign import pad_gap  # noqa: F401 (re-exported: the gap closes() measures)
-from factory.records import AnnotatedDemo, SeedDemo
+from factory.gripper_sign import pad_gap
 from factory.robots import ROBOT_PARTS, check_robot
 from factory.sim import Scene
 from generators.poses import pose_inv
+from generators.records import AnnotatedDemo, SeedDemo
 
 # Control steps a gripper is commanded shut to find how far its fingers reach: every robosuite
 # gripper is shut within 12 (20 Hz; measured from open on Lift, Panda to UR5e).

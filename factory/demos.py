@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from factory.errors import UserError
-from factory.records import SeedDemo
+from generators.records import SeedDemo
 
 
 def load_seed_demos(path: Path) -> list[SeedDemo]:

@@ -22,15 +22,15 @@ attempt's own states).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mujoco
 import numpy as np
 
 from factory.physics import PhysicsDraw, draw_physics, recorded_physics
-from factory.records import AnnotatedDemo
 from factory.sim import Scene
-from factory.spec_sections import PhysicsSpec
+from factory.spec_sections import PhysicsSpec, RobustnessSpec
+from generators.records import AnnotatedDemo, Attempt
 from generators.scene_api import Placement
 
 DIVERGENCE_STREAM = 0x64697667  # "divg": the divergence draws' SeedSequence key
@@ -173,3 +173,42 @@ def score_episode(
         replays.append((run, track(scene, run.states)))
     scene.set_physics(recorded)  # the episode's own physics again (rendering needs it)
     return score_replays(reference, replays)
+
+
+@dataclass(frozen=True)
+class RobustnessFilter:
+    """generation.robustness as a per-attempt filter (`factory.pipeline.AttemptFilter`): a success
+    replayed open loop under `robust.draws` other physics draws (score in provenance.divergence);
+    below `robust.min_success_share` it fails as "fragile"."""
+
+    robust: RobustnessSpec
+    hold_steps: int  # generation.success_hold_steps
+
+    def __call__(
+        self,
+        scene: Scene,
+        demos: Sequence[AnnotatedDemo],
+        physics: PhysicsSpec | None,
+        attempt: Attempt,
+    ) -> Attempt:
+        if not attempt.success:
+            return attempt
+        robust = self.robust
+        draws = divergence_draws(physics, attempt.seed, robust.draws, scene.physics.gravity)
+        score = score_episode(
+            scene,
+            demos[0],
+            attempt.provenance,
+            attempt.actions,
+            attempt.states,
+            draws,
+            self.hold_steps,
+        )
+        attempt.provenance["divergence"] = score
+        if score["success_share"] >= robust.min_success_share:
+            return attempt
+        reason = (
+            f"fragile: succeeded under {sum(score['successes'])} of {robust.draws} physics "
+            f"draws, generation.robustness.min_success_share is {robust.min_success_share}"
+        )
+        return replace(attempt, success=False, reason=reason)

@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 from tqdm import tqdm
 
+from factory.adr import adr_physics
 from factory.cross_robot import annotate_seed
 from factory.demos import load_seed_demos
 from factory.divergence import divergence_draws, replay, score_episode
@@ -33,10 +34,11 @@ from factory.divergence_report import summarize_divergence
 from factory.errors import SpecError, UserError
 from factory.output_dir import GENERATION_FILENAME, load_generation, require_dataset_info
 from factory.physics import recorded_physics
-from factory.records import AnnotatedDemo
+from factory.run import lock_output_dir
 from factory.sim import Scene
 from factory.spec import SceneSpec
 from factory.spec_sections import PhysicsSpec
+from generators.records import AnnotatedDemo
 from shards import DatasetError, save_episodes
 from shards.export_source import load_source, read_episodes
 from shards.format import dumps_json, write_text_atomic
@@ -78,8 +80,6 @@ def divergence_ranges(
         return load_ranges(ranges), str(ranges)
     adr = spec.generation.adr
     if adr is not None and adr.enabled:
-        from factory.adr import adr_physics
-
         found = adr_physics(dataset)
         if found is not None:
             return found, f"{GENERATION_FILENAME} adr"

@@ -3,8 +3,8 @@
     task.robots [{robot, share}, ...] ──► shares / their sum
         ──► attempt a runs on robot_for_attempt(shares, a): the golden-ratio sequence
             frac(a · 0.618...) read against the cumulative shares
-        ──► MixedShardWorker: one ShardWorker (env, renderer, demos annotated for that robot)
-            per robot, built on the first attempt that needs it and kept
+        ──► MixedShardWorker (factory.mixed_worker): one ShardWorker (env, renderer, demos
+            annotated for that robot) per robot, built on the first attempt that needs it
         ──► each episode: embodiment = its robot (sample meta, episodes.jsonl provenance),
             states zero-padded to the widest robot's (dataset_info.json `embodiments` says
             which dimensions are whose)
@@ -27,8 +27,7 @@ from factory.spec import SceneSpec, TaskSpec
 from generators.scene_api import ACTION_LAYOUT, PROPRIO_LAYOUT
 
 if TYPE_CHECKING:
-    from factory.pipeline import ShardWorker
-    from factory.records import AnnotatedDemo
+    from generators.records import AnnotatedDemo
 
 GOLDEN = 0.6180339887498949  # (√5 - 1) / 2: the most evenly spread Weyl sequence
 
@@ -115,61 +114,3 @@ def split_demos(demos: Sequence[AnnotatedDemo]) -> dict[str, list[AnnotatedDemo]
     for demo in demos:
         out.setdefault(demo.robot, []).append(demo)
     return out
-
-
-class MixedShardWorker:
-    """A `ShardWorker` over several robots: one per robot inside, built when first needed.
-
-    Has what the cluster uses of a ShardWorker (`demos`, `run_shard`, `close`); `run_shard` is
-    ShardWorker's own, which asks `worker_for(attempt_id)` which robot's worker runs an attempt.
-    """
-
-    def __init__(self, spec: SceneSpec, demos: Sequence[AnnotatedDemo] = ()):
-        self.spec = spec
-        self.shares = robot_shares(spec.task)
-        self.width = state_width(spec)
-        self.workers: dict[str, ShardWorker] = {}
-        self._demos: dict[str, list[AnnotatedDemo]] = {}
-        self._dataset_dir = None
-        self.demos = demos
-
-    @property
-    def demos(self) -> list[AnnotatedDemo]:
-        return [d for robot, _ in self.shares for d in self._demos.get(robot, [])]
-
-    @demos.setter
-    def demos(self, demos: Sequence[AnnotatedDemo]) -> None:
-        self._demos = split_demos(demos)
-        for robot, worker in self.workers.items():
-            worker.demos = list(self._demos.get(robot, []))
-
-    @property
-    def variants(self) -> int:
-        return self.spec.appearance.variants_per_trajectory
-
-    def worker_for(self, attempt_id: int) -> ShardWorker:
-        """The worker of the robot that runs `attempt_id` (built and prepared on first need)."""
-        robot = robot_for_attempt(self.shares, attempt_id)
-        if robot not in self.workers:
-            from factory.pipeline import ShardWorker
-
-            worker = ShardWorker(robot_spec(self.spec, robot), self._demos.get(robot, []))
-            worker.state_width = self.width
-            if self._dataset_dir is not None:
-                worker.prepare(self._dataset_dir)
-            self.workers[robot] = worker
-        return self.workers[robot]
-
-    def prepare(self, dataset_dir) -> None:
-        self._dataset_dir = dataset_dir
-        for worker in self.workers.values():
-            worker.prepare(dataset_dir)
-
-    def run_shard(self, task, out_dir, on_attempt=None):
-        from factory.pipeline import ShardWorker
-
-        return ShardWorker.run_shard(self, task, out_dir, on_attempt)
-
-    def close(self) -> None:
-        for worker in self.workers.values():
-            worker.close()

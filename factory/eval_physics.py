@@ -27,12 +27,12 @@ from pydantic import ValidationError
 from factory.errors import SpecError, UserError
 from factory.physics import PhysicsDraw, draw_physics, physics_rng
 from factory.spec import _describe  # the spec loader's wording of pydantic errors
-from factory.spec_sections import PhysicsSpec, _Strict
+from factory.spec_sections import PhysicsSpec, StrictModel
 
 INLINE = "--eval-physics"  # what errors name when RANGES is inline text, not a file
 
 
-class _RangesFile(_Strict):
+class _RangesFile(StrictModel):
     # `physics` at the top, as in a spec: errors then carry the spec's own paths (physics.kp).
     physics: PhysicsSpec
 

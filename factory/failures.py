@@ -21,7 +21,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from factory.errors import UserError
-from factory.records import Attempt
+from factory.spec import CameraSpec, load_stored_spec
+from generators.records import Attempt
+from shards import DATASET_INFO_FILENAME
 
 FAILURES_DIRNAME = "failures"
 KEEP_PER_SHARD = 2  # failed attempts kept per shard (the first ones, in attempt order)
@@ -110,11 +112,11 @@ def caption(failure: Failure, spec) -> str:
 
 def render_failures(dataset_dir: Path, info: dict, out_path: Path, count: int) -> Path:
     """A sheet, one row per kept failure, FRAMES frames each, captioned with where it failed."""
+    # The render path (mujoco, a GL context) only when failures are drawn: the pipeline
+    # imports this module for `save_failures`, `factory preview` for the contact sheet.
     from factory.physics import recorded_physics
     from factory.render import FrameRenderer
     from factory.sim import Scene
-    from factory.spec import CameraSpec, load_stored_spec
-    from shards import DATASET_INFO_FILENAME
 
     failures = load_failures(dataset_dir, count)
     if not failures:

@@ -34,7 +34,7 @@ import itertools
 import mujoco
 import numpy as np
 
-from factory.records import SeedDemo
+from generators.records import SeedDemo
 
 SAMPLED_STEPS = 16  # demo steps the objective looks at
 DISTANCE_CAP = 0.05  # metres: beyond this a pad is simply "not on it"
@@ -123,9 +123,8 @@ def _search(
             candidate = (centre[0] + dx, centre[1] + dy, centre[2] + dyaw)
             yield cost(candidate), candidate
 
-    coarse = sorted(grid((0.0, 0.0, 0.0), *COARSE))[
-        :REFINED
-    ]  # several basins: the coarse best can mislead
+    # several basins: the coarse best can mislead
+    coarse = sorted(grid((0.0, 0.0, 0.0), *COARSE))[:REFINED]
     best = min(min(grid(centre, *FINE)) for _, centre in coarse)
     return _moved(pose, *best[1]).tolist()
 

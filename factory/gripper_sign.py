@@ -21,13 +21,26 @@ other sign; scripted waypoints' open/close become the hand's own command.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import mujoco
 import numpy as np
 
-if TYPE_CHECKING:
-    from factory.sim import Scene
+
+class Hand(Protocol):
+    """What the measurement drives (`factory.sim.Scene` is one): an env's robot, its model and
+    data, resets, control steps, and the geom ids of the two finger pads."""
+
+    env: Any  # the robosuite env: its first robot's gripper class keys the cache
+    model: mujoco.MjModel
+    data: mujoco.MjData
+
+    def reset(self) -> object: ...
+
+    def step(self, action: np.ndarray) -> object: ...
+
+    def finger_pads(self) -> list[set[int]]: ...
+
 
 # Control steps per probe: 8 part the two probes' pad gaps by over 1 cm on every robosuite hand
 # (measured from reset on Lift: Panda 7.2, Sawyer 4.4, IIWA 12.4, Jaco 1.4 cm, the slowest: its
@@ -37,7 +50,7 @@ PROBE_STEPS = 8
 _SIGNS: dict[str, int] = {}  # gripper class name -> closing sign, measured once per process
 
 
-def closing_sign(scene: Scene) -> int:
+def closing_sign(scene: Hand) -> int:
     """+1 when robosuite's gripper command +1 closes `scene`'s hand, -1 when it opens it.
 
     Resets the scene when it measures (only the first time a gripper class is seen)."""
@@ -48,7 +61,7 @@ def closing_sign(scene: Scene) -> int:
     return _SIGNS[name]
 
 
-def measure_closing_sign(scene: Scene) -> int:
+def measure_closing_sign(scene: Hand) -> int:
     """The closing sign of `scene`'s gripper, from the pad gaps after +1 and -1 commands."""
     gaps = {}
     for sign in (1.0, -1.0):
@@ -67,7 +80,7 @@ def measure_closing_sign(scene: Scene) -> int:
     return 1 if gaps[1.0] < gaps[-1.0] else -1
 
 
-def pad_gap(scene: Scene) -> float:
+def pad_gap(scene: Hand) -> float:
     """Smallest surface distance between the left and right finger pads now (m)."""
     left, right = scene.finger_pads()
     pairs = [(a, b) for a in left for b in right]

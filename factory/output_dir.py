@@ -35,7 +35,7 @@ from shards.format import (
 from shards.journal import JOURNAL_FILENAME, apply_journal, journal_path, read_journal
 
 if TYPE_CHECKING:  # this module stays light: `verify` and `inspect` use it without robosuite
-    from factory.pipeline import ShardResult, ShardTask
+    from factory.shard_records import ShardResult, ShardTask
     from factory.spec import SceneSpec
 
 GENERATION_FILENAME = "generation.json"

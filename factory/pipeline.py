@@ -25,126 +25,27 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from factory.adapters import appearance_params, mimicgen_params
-from factory.cross_robot import annotate_seed
-from factory.demos import load_seed_demos
-from factory.errors import SpecError, UserError
+from factory.adr import adr_physics
+from factory.divergence import RobustnessFilter
+from factory.errors import UserError
 from factory.failures import KEEP_PER_SHARD, save_failures
 from factory.language import episode_language, paint_objects
 from factory.physics import PhysicsDraw, draw_physics, physics_rng
-from factory.records import AnnotatedDemo, Attempt
 from factory.render import FrameRenderer
 from factory.shard_output import shard_output
-from factory.sim import ACTION_LAYOUT, Scene
+from factory.shard_records import ShardResult, ShardTask
+from factory.sim import Scene
 from factory.spec import SceneSpec
+from factory.spec_sections import PhysicsSpec
 from generators.appearance import AppearanceDraw, AppearanceRandomizer, variant_rng
 from generators.mimicgen import AttemptPlan, attempt_seed, failure_phase, generate_attempt
-from shards import Episode, EpisodeRecord, ShardInfo, shard_name, write_shard
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    """One unit of distributed work: a shard index and the global attempt ids it holds."""
-
-    index: int
-    attempt_ids: tuple[int, ...]
-
-    @property
-    def name(self) -> str:
-        return shard_name(self.index)
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    """What a worker reports for a finished shard (plain data: it crosses process boundaries)."""
-
-    task: ShardTask
-    info: ShardInfo
-    attempts: int
-    successes: int  # successful attempts (trajectories); each gave K episodes
-    failures: dict[str, int]  # failure kind -> count
-    episodes: tuple[EpisodeRecord, ...]  # K per success: one per appearance variant
-    wall_s: float
-    steps_simulated: int = 0
-    subtasks: dict[str, dict[str, int]] = field(
-        default_factory=dict
-    )  # index -> reached, failed, retries, fallbacks (transit: plan)
-    node: str = ""  # Ray node id of the worker that wrote it ("" when run outside Ray)
-    # A mixed-robot dataset's attempts and successes per robot (empty for one robot)
-    robots: dict[str, dict[str, int]] = field(default_factory=dict)
-    # render.detail: what the worker's renderer did to the meshes (DetailReport.to_json)
-    render_detail: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {
-            "attempt_ids": [self.task.attempt_ids[0], self.task.attempt_ids[-1] + 1],
-            "attempts": self.attempts,
-            "successes": self.successes,
-            "failures": self.failures,
-            "wall_s": round(self.wall_s, 3),
-            "steps_simulated": self.steps_simulated,
-            "subtasks": self.subtasks,
-            "episodes": [e.to_json() for e in self.episodes],
-            "node": self.node,
-            **({"robots": self.robots} if self.robots else {}),
-            **({"render_detail": self.render_detail} if self.render_detail else {}),
-        }
-
-
-class ShardPlan(Sequence[ShardTask]):
-    """The shards of `attempts` attempts, `per_shard` each, made on demand.
-
-    A sequence, not a list: `--attempts 100000000` plans ten million shards, which as
-    objects would take gigabytes before the first one ran.
-    """
-
-    def __init__(self, attempts: int, per_shard: int):
-        self.attempts, self.per_shard = attempts, per_shard
-
-    def __len__(self) -> int:
-        return (self.attempts + self.per_shard - 1) // self.per_shard
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"shard {index} is not in a plan of {len(self)} shards")
-        first = index * self.per_shard
-        return ShardTask(index, tuple(range(first, min(first + self.per_shard, self.attempts))))
-
-
-def plan_shards(spec: SceneSpec) -> ShardPlan:
-    """Split the spec's attempts into shards of `generation.attempts_per_shard`."""
-    return ShardPlan(spec.generation.attempts, spec.generation.attempts_per_shard)
-
-
-def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
-    """Load every seed demo of the spec and annotate it in `scene` (raises UserError)."""
-    demos, others = [], {}  # others: a scene per other robot that recorded demos
-    for i, rel in enumerate(spec.seed_demos):
-        path = spec.resolve_path(rel)
-        if not path.is_file():
-            raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
-        loaded = load_seed_demos(path)
-        width = sum(n for _, n in ACTION_LAYOUT)
-        for demo in loaded:
-            if (
-                demo.actions.shape[1] != width
-            ):  # generation replays them as the arm's delta-pose actions
-                layout = ", ".join(f"{k} {n}" for k, n in ACTION_LAYOUT)
-                raise UserError(
-                    f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
-                    f"{width} ({layout}) for {spec.task.controller}"
-                )
-        demos.extend(annotate_seed(scene, demo, others) for demo in loaded)
-    return [replace(d, robot=spec.task.robot) for d in demos]
+from generators.records import AnnotatedDemo, Attempt
+from shards import Episode, EpisodeRecord, write_shard
 
 
 def instruction_for(spec: SceneSpec, seed: int) -> str:
@@ -156,6 +57,20 @@ def failure_kind(reason: str) -> str:
     return reason.split(":", 1)[0]
 
 
+# A per-attempt filter: (scene, the annotated seed demos, the physics ranges attempts draw
+# from, attempt) -> the attempt, kept as it is, with provenance added, or turned into a
+# failure with its reason.
+AttemptFilter = Callable[[Scene, Sequence[AnnotatedDemo], PhysicsSpec | None, Attempt], Attempt]
+
+
+def attempt_filters(spec: SceneSpec) -> tuple[AttemptFilter, ...]:
+    """The per-attempt filters `spec` asks for: generation.robustness (`RobustnessFilter`)."""
+    robust = spec.generation.robustness
+    if robust is None:
+        return ()
+    return (RobustnessFilter(robust, spec.generation.success_hold_steps),)
+
+
 class ShardWorker:
     """Owns one Scene, one renderer and one appearance randomizer for its lifetime; runs whole
     shards.
@@ -163,8 +78,17 @@ class ShardWorker:
     The same class runs inside a Ray actor (cluster/) and directly in tests.
     """
 
-    def __init__(self, spec: SceneSpec, demos: Sequence[AnnotatedDemo], scene: Scene | None = None):
+    def __init__(
+        self,
+        spec: SceneSpec,
+        demos: Sequence[AnnotatedDemo],
+        scene: Scene | None = None,
+        filters: Sequence[AttemptFilter] | None = None,
+    ):
+        """`filters`: what each attempt passes through before it counts (default: those the spec
+        asks for, `attempt_filters(spec)`)."""
         self.spec = spec
+        self.filters = tuple(attempt_filters(spec) if filters is None else filters)
         self.demos = list(demos)
         self.scene = scene if scene is not None else Scene(spec)
         self.renderer = FrameRenderer(self.scene, spec.cameras, spec.render)
@@ -180,7 +104,7 @@ class ShardWorker:
 
     def worker_for(self, attempt_id: int) -> ShardWorker:
         """The worker that runs `attempt_id`: this one (a mixed-robot dataset's
-        `factory.embodiments.MixedShardWorker` picks the attempt's robot's)."""
+        `factory.mixed_worker.MixedShardWorker` picks the attempt's robot's)."""
         return self
 
     def prepare(self, dataset_dir: Path) -> None:
@@ -205,34 +129,12 @@ class ShardWorker:
             attempt.provenance["physics"] = draw.to_json()
         return attempt
 
-    def check_robust(self, attempt: Attempt) -> Attempt:
-        """generation.robustness: a success replayed open loop under N other physics draws
-        (score in provenance.divergence); below the share it fails as "fragile"."""
-        robust = self.spec.generation.robustness
-        if robust is None or not attempt.success:
-            return attempt
-        from factory.divergence import divergence_draws, score_episode
-
-        draws = divergence_draws(
-            self.physics, attempt.seed, robust.draws, self.scene.physics.gravity
-        )
-        score = score_episode(
-            self.scene,
-            self.demos[0],
-            attempt.provenance,
-            attempt.actions,
-            attempt.states,
-            draws,
-            self.spec.generation.success_hold_steps,
-        )
-        attempt.provenance["divergence"] = score
-        if score["success_share"] >= robust.min_success_share:
-            return attempt
-        reason = (
-            f"fragile: succeeded under {sum(score['successes'])} of {robust.draws} physics "
-            f"draws, generation.robustness.min_success_share is {robust.min_success_share}"
-        )
-        return replace(attempt, success=False, reason=reason)
+    def filter_attempt(self, attempt: Attempt) -> Attempt:
+        """The attempt after each of the worker's per-attempt filters, in order (a filter keeps
+        it, adds provenance, or turns a success into a failure with its reason)."""
+        for keep in self.filters:
+            attempt = keep(self.scene, self.demos, self.physics, attempt)
+        return attempt
 
     def draw_physics(self, seed: int) -> PhysicsDraw | None:
         """The physics of the attempt seeded `seed` (None: the spec has no physics: section)."""
@@ -245,8 +147,6 @@ class ShardWorker:
         adr = self.spec.generation.adr
         if adr is None or not adr.enabled or self.spec.physics is None:
             return
-        from factory.adr import adr_physics
-
         found = adr_physics(dataset_dir)
         if found is None:
             raise UserError(
@@ -354,7 +254,7 @@ class ShardWorker:
             tally["attempts"] += 1
             steps += attempt.length
             _count_subtasks(subtasks, attempt)
-            attempt = worker.check_robust(attempt)
+            attempt = worker.filter_attempt(attempt)  # e.g. generation.robustness
             if attempt.success:
                 successes += 1
                 tally["successes"] += 1
@@ -399,21 +299,3 @@ def _count_subtasks(counts: dict[str, dict[str, int]], attempt: Attempt) -> None
     for fallback in attempt.provenance.get("transit_fallbacks", ()):
         row = counts[str(fallback["subtask"])]
         row["fallbacks"] = row.get("fallbacks", 0) + 1
-
-
-def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResult:
-    """A finished shard's result as recorded in generation.json (used on resume)."""
-    return ShardResult(
-        task=task,
-        info=info,
-        attempts=entry["attempts"],
-        successes=entry["successes"],
-        failures=dict(entry["failures"]),
-        episodes=tuple(EpisodeRecord.from_json(e) for e in entry["episodes"]),
-        wall_s=float(entry["wall_s"]),
-        steps_simulated=int(entry.get("steps_simulated", 0)),
-        subtasks={k: dict(v) for k, v in entry.get("subtasks", {}).items()},
-        node=str(entry.get("node", "")),
-        robots={k: dict(v) for k, v in entry.get("robots", {}).items()},
-        render_detail=dict(entry.get("render_detail", {})),
-    )

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from factory.errors import DatasetWriteError
 from factory.output_dir import GENERATION_FILENAME, load_generation, shard_prefix
-from factory.pipeline import ShardResult, ShardTask
+from factory.shard_records import ShardResult, ShardTask
 from shards import DatasetError, EpisodeRecord, Manifest, save_manifest, save_stats, shards_dir
 from shards.format import (
     EPISODES_FILENAME,

@@ -22,10 +22,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from factory.records import AnnotatedDemo, Attempt
 from factory.resolve import Resolved
 from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from generators.params import PlacementParams
+from generators.records import AnnotatedDemo, Attempt
 
 PASS_SHARE = 0.5  # a demo whose own replays succeed less often than this is flagged
 

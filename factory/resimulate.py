@@ -16,8 +16,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from factory.physics import PhysicsDraw, recorded_physics
-from factory.records import AnnotatedDemo
 from factory.sim import Scene
+from generators.records import AnnotatedDemo
 from generators.scene_api import Placement
 
 

@@ -6,18 +6,42 @@ and checks everything that needs it, with messages that name the field to fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from factory.adapters import mimicgen_params, placement_params
-from factory.errors import SpecError
-from factory.pipeline import prepare_demos
-from factory.records import AnnotatedDemo
-from factory.sim import Placement, Scene
+from factory.cross_robot import annotate_seed
+from factory.demos import load_seed_demos
+from factory.embodiments import robot_spec
+from factory.errors import SpecError, UserError
+from factory.robots import check_robot
+from factory.sim import ACTION_LAYOUT, Placement, Scene
 from factory.spec import SceneSpec
 from generators.mimicgen import sample_placement
 from generators.params import MimicGenParams
+from generators.records import AnnotatedDemo
+
+
+def prepare_demos(spec: SceneSpec, scene: Scene) -> list[AnnotatedDemo]:
+    """Load every seed demo of the spec and annotate it in `scene` (raises UserError)."""
+    demos, others = [], {}  # others: a scene per other robot that recorded demos
+    for i, rel in enumerate(spec.seed_demos):
+        path = spec.resolve_path(rel)
+        if not path.is_file():
+            raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
+        loaded = load_seed_demos(path)
+        width = sum(n for _, n in ACTION_LAYOUT)
+        for demo in loaded:
+            # generation replays them as the arm's delta-pose actions
+            if demo.actions.shape[1] != width:
+                layout = ", ".join(f"{k} {n}" for k, n in ACTION_LAYOUT)
+                raise UserError(
+                    f"{path}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
+                    f"{width} ({layout}) for {spec.task.controller}"
+                )
+        demos.extend(annotate_seed(scene, demo, others) for demo in loaded)
+    return [replace(d, robot=spec.task.robot) for d in demos]
 
 
 @dataclass
@@ -152,9 +176,6 @@ def _table_rect(scene: Scene) -> tuple[tuple[float, float], tuple[float, float]]
 
 
 def _resolve_robots(spec: SceneSpec) -> Resolved:
-    from factory.embodiments import robot_spec
-    from factory.robots import check_robot
-
     for i, entry in enumerate(spec.task.robots):
         check_robot(spec.path, entry.robot, field=f"task.robots[{i}].robot")
     robots = {r.robot: resolve_spec(robot_spec(spec, r.robot)) for r in spec.task.robots}
@@ -172,6 +193,4 @@ def _check_names(spec: SceneSpec) -> None:
             "task.env",
             f"unknown robosuite env {spec.task.env!r} (expected one of: {', '.join(envs)})",
         )
-    from factory.robots import check_robot
-
     check_robot(spec.path, spec.task.robot)

@@ -42,10 +42,10 @@ from factory.output_dir import (
     shards_dropped,
     task_named,
 )
-from factory.pipeline import ShardResult, ShardTask, plan_shards, result_from_json
 from factory.progress import ProgressState, RunProgress
 from factory.recorder import DatasetRecorder
 from factory.resolve import Resolved, resolve_spec
+from factory.shard_records import ShardResult, ShardTask, plan_shards, result_from_json
 from factory.sim import ACTION_LAYOUT
 from factory.spec import SceneSpec
 from factory.worker_factory import ShardWorkerFactory

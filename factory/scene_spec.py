@@ -18,7 +18,7 @@ here reads a file or imports robosuite (mesh files are checked by `scene_build.c
 Positions are metres in the world frame, whose origin is under the table's centre on the floor;
 `placement` x and y are offsets from the table top's centre (or from `relative_to`'s object).
 
-Length (~690 lines): pure data and pure checks, no I/O: the models (one field per line with
+Why one module: pure data and pure checks, no I/O: the models (one field per line with
 its description and bounds) and the whole-scene checks that need no simulator (fits on the
 table, fixed overlaps, camera aim, template slots) and the derived `objects:`/`placement:`.
 Splitting models from their checks would separate a bound from the message that reports it.
@@ -31,7 +31,9 @@ import re
 import string
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
+
+from factory.spec_sections import StrictModel
 
 # robosuite's own name for the env class scene_build registers; `task.env` takes it when a spec
 # has a `scene:` section (so messages, hdf5 attributes and dataset_info name the env the same way).
@@ -89,11 +91,6 @@ COMPOSITES = ("bowl", "bin")  # robosuite composite objects: their body is <name
 ATTRIBUTES = ("name", "color")  # what an instruction slot {object.attribute} may name
 
 
-class _Strict(BaseModel):
-    # As in factory/spec.py: unknown keys and NaN are errors.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
 def _check_color(color):
     """A colour name of COLORS or [r, g, b, a] within 0..1 (palettes are checked elsewhere)."""
     if isinstance(color, str) and color not in COLORS:
@@ -128,7 +125,7 @@ def _ordered(name: str, value: tuple[float, float]) -> tuple[float, float]:
     return value
 
 
-class TableSpec(_Strict):
+class TableSpec(StrictModel):
     """robosuite's `TableArena`: a table whose top is at `height`, centred over the origin."""
 
     size: tuple[float, float, float] = Field(
@@ -171,13 +168,13 @@ class TableSpec(_Strict):
         return _color_shape(value, palette=False)  # the table's colour is fixed
 
 
-class PaletteColor(_Strict):
+class PaletteColor(StrictModel):
     """A colour drawn per episode from a palette (seeded from the attempt's seed)."""
 
     palette: str = Field(description="A palette name (primary, rainbow, bright or scene.palettes).")
 
 
-class ObjectPlacement(_Strict):
+class ObjectPlacement(StrictModel):
     """Where an object starts: x, y and yaw drawn uniformly, relative to the table or an object."""
 
     x: tuple[float, float] = Field((0.0, 0.0), description="Offset range along x, metres.")
@@ -200,7 +197,7 @@ class ObjectPlacement(_Strict):
         return self
 
 
-class ObjectSpec(_Strict):
+class ObjectSpec(StrictModel):
     """One object of the scene: a primitive, a robosuite object, a mesh file or an MJCF file."""
 
     kind: Literal[
@@ -301,7 +298,7 @@ class ObjectSpec(_Strict):
 MAX_CAMERA = 20.0  # metres from the origin: further, the scene is a few pixels (or clipped)
 
 
-class SceneCamera(_Strict):
+class SceneCamera(StrictModel):
     """A camera of the scene, aimed by a look-at point or a quaternion."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$", description="Camera name (cameras: refer to it).")
@@ -339,7 +336,7 @@ class SceneCamera(_Strict):
         return self
 
 
-class RobotPlacement(_Strict):
+class RobotPlacement(StrictModel):
     """The robot's base relative to where robosuite puts it for the table (behind its near edge)."""
 
     offset: tuple[float, float, float] = Field(
@@ -357,7 +354,7 @@ class RobotPlacement(_Strict):
         return offset
 
 
-class SceneSection(_Strict):
+class SceneSection(StrictModel):
     """A table-top scene built from robosuite's model classes (factory/scene_build.py)."""
 
     table: TableSpec = Field(TableSpec(), description="The table (robosuite's TableArena).")

@@ -20,14 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
 from factory.language import episode_language, paint_objects
 from factory.output_dir import LOCK_FILENAME
-from factory.records import SeedDemo
 from factory.render import FrameRenderer
 from factory.resolve import Resolved
 from factory.run import dataset_info, lock_output_dir
 from factory.sim import Scene
+from generators.records import SeedDemo
 from shards import (
     DatasetError,
     Episode,
@@ -67,8 +68,6 @@ def check_one_robot(spec) -> None:
     """A SpecError for a mixed-robot spec, or for seed demos of another robot than task.robot
     (before any env is built, and before the output folder is looked at): seeds are one robot's
     demos as recorded. It reads the seed demo files, not the env."""
-    from factory.demos import load_seed_demos
-
     if spec.task.robots and len(spec.task.robots) > 1:
         raise SpecError(
             spec.path,
@@ -159,9 +158,8 @@ def _write_locked(spec, scene, resolved: Resolved, out_dir: Path) -> dict:
         episodes = [seed_episode(scene, renderer, d.demo, i) for i, d in enumerate(resolved.demos)]
     finally:
         renderer.close()
-    manifest = write_dataset(
-        out_dir, episodes, info, layout=spec.output.shard_layout
-    )  # the manifest last: the dataset counts once listed
+    # the manifest last: the dataset counts once listed
+    manifest = write_dataset(out_dir, episodes, info, layout=spec.output.shard_layout)
     return {
         "out": str(out_dir),
         "episodes": len(episodes),

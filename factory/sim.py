@@ -3,7 +3,7 @@
 `Scene` is the only place that touches robosuite internals. Generation runs it
 with cameras off; rendering restores recorded states into the same model.
 
-Length (~680 lines): `Scene` implements `generators.scene_api.Scene` plus the predicates'
+Why one module: `Scene` implements `generators.scene_api.Scene` plus the predicates'
 geometry (grasp, contact, touch, cavity, joints) over the same cached model indices; splitting the
 class would split those caches across modules. The physics draw's mechanics are in
 `factory.physics`; only its hooks (reset, step, snapshot) are here.
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from factory import robot_repairs
 from factory.errors import SpecError
+from factory.gripper_sign import closing_sign
 from factory.physics import PhysicsDraw, PhysicsTargets, ScenePhysics
 from factory.spec import SceneSpec, TaskSpec
 from generators.poses import make_pose, mat_to_quat
@@ -38,26 +40,18 @@ RAY_SPACING = 0.01  # metres between the rays of `support_heights`
 FLAT = 0.01  # metres: surfaces this close in height are one flat support (`Scene.place_shift`)
 
 
-# robosuite logs a page of warnings at import and per env (no private macro file, unused
-# controller parts, optional robot packages); none is actionable for a factory user. A
-# filter on its logger, set before the import, keeps its errors and drops the rest.
-logging.getLogger("robosuite_logs").addFilter(lambda record: record.levelno >= logging.ERROR)
-
-
 def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     """A robosuite env for generation: no cameras, no renderer, deterministic resets.
 
     robosuite draws some object sizes (Lift's cube) from the env's RNG when it builds
     the model; a fixed seed gives every worker the same model, hence the same physics.
     `scene`: the arguments of a spec's `scene:` env (`factory.scene_build.env_kwargs`).
+    The robots' repairs must be installed first (`factory.robot_repairs.install`).
     """
-    import robosuite
+    robot_repairs.require_installed()
+    import robosuite  # here, not at the top: generation's importers need no robosuite until now
     from robosuite.controllers import load_composite_controller_config
 
-    from factory import arm_fixes, gripper_fixes
-
-    gripper_fixes.install()  # robosuite's Robotiq 85 with its finger linkage closed (#772)
-    arm_fixes.install()  # IIWA's controller frame on a fixed link, not its first moving one
     controller = load_composite_controller_config(controller="BASIC", robot=task.robot)
     return robosuite.make(
         task.env,
@@ -190,10 +184,10 @@ class Scene:
             else (None, "task.fast_control: false")
         )
         self.physics = self._make_physics()
-        # +1 or -1: the gripper command that closes this hand, measured at its finger pads
+        # +1 or -1: the gripper command that closes this hand, measured at its finger pads. The
+        # last step of construction: the probe resets and steps this scene, so everything else
+        # is built first; +1 meanwhile (the probe's own steps read it, and reset forgets them).
         self.gripper_sign = 1
-        from factory.gripper_sign import closing_sign
-
         self.gripper_sign = closing_sign(self)
 
     def _make_physics(self) -> ScenePhysics:

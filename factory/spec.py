@@ -23,7 +23,7 @@ merges it over its parent first). The sections (`TaskSpec`, `GenerationSpec`, ..
 `factory.spec_sections`, with a description on every field (`factory spec-help`), and are
 importable from here; `SceneSpec` and the loader are this module.
 
-Length (~570 lines): `SceneSpec`'s cross-field checks (objects against subtasks, placement,
+Why one module: `SceneSpec`'s cross-field checks (objects against subtasks, placement,
 symmetry, script, scene) and the loader that reports them with YAML paths are one contract;
 the sections themselves are already split out.
 """
@@ -46,7 +46,6 @@ from pydantic import (
 )
 
 from factory.errors import SpecError
-from factory.predicates import HAND, PREDICATE_KINDS, parse_predicate
 from factory.scene_spec import SceneSection, fill_from_scene, scene_problem
 from factory.spec_sections import (  # noqa: F401 (re-exported: factory.spec is the public name)
     AdrSpec,
@@ -63,16 +62,17 @@ from factory.spec_sections import (  # noqa: F401 (re-exported: factory.spec is 
     RobotShare,
     RobustnessSpec,
     ScriptSpec,
+    StrictModel,
     SubtaskSpec,
     TaskSpec,
     TextureBankSpec,
     TextureRandomization,
     WaypointSpec,
-    _Strict,
 )
+from generators.predicates import HAND, PREDICATE_KINDS, parse_predicate
 
 
-class SceneSpec(_Strict):
+class SceneSpec(StrictModel):
     """A scene spec: one YAML file, one dataset (`factory spec-help` lists the sections)."""
 
     name: str = Field(

@@ -3,10 +3,10 @@
     factory spec-help                       # top-level fields, one line each
     factory spec-help generation            # that section's fields: type, default, meaning
     factory spec-help generation.transit    # one field in full (allowed values, bounds)
-    factory spec-help --write               # scene_specs/schema.json and the README's tables
+    factory spec-help --write               # schema.json, docs/spec_reference.md's tables
 
 The same walk over the models makes all four, so the help, the JSON Schema that editors use
-(`# yaml-language-server: $schema=./schema.json` atop each spec) and the README tables cannot
+(`# yaml-language-server: $schema=./schema.json` atop each spec) and the reference's tables cannot
 disagree; tests/test_spec_schema.py fails when the committed files drift from the models.
 """
 
@@ -24,11 +24,11 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from factory.errors import UserError
-from factory.predicates import COMBINATORS, PREDICATE_KINDS, parse_predicate
 from factory.spec import SceneSpec
+from generators.predicates import COMBINATORS, PREDICATE_KINDS, parse_predicate
 
 SCHEMA_FILE = Path("scene_specs/schema.json")
-README_FILE = Path("README.md")
+REFERENCE_FILE = Path("docs/spec_reference.md")  # the docs page holding the tables
 SCHEMA_LINE = "# yaml-language-server: $schema=./schema.json"
 WRITE_COMMAND = "factory spec-help --write"
 # Not a model field: `factory.spec.load_raw_spec` resolves it before validation.
@@ -39,7 +39,7 @@ EXTENDS_DOC = (
 )
 # Top-level fields a `scene:` section fills in when a spec leaves them out (with task.env).
 SCENE_FILLS = ("objects",)
-# What each predicate of the registry means, with an example call; the README's table and
+# What each predicate of the registry means, with an example call; the reference's table and
 # `factory spec-help subtasks.ends_when` come from here (a test checks that every kind has one).
 PREDICATE_DOCS: dict[str, tuple[str, str]] = {
     "grasped": (
@@ -184,8 +184,9 @@ def schema_text() -> str:
     return json.dumps(json_schema(), indent=2) + "\n"
 
 
-def readme_blocks() -> dict[str, str]:
-    """Marker name -> the README text generated between `<!-- NAME:begin -->` and its end."""
+def reference_blocks() -> dict[str, str]:
+    """Marker name -> the reference page's text generated between `<!-- NAME:begin -->` and its
+    end."""
     spec = [_table(field_docs())]
     for doc in sections():
         spec += ["", f"**`{doc.path}`** ({doc.type}): {_md(doc.description)}", ""]
@@ -195,28 +196,29 @@ def readme_blocks() -> dict[str, str]:
     return {"spec-tables": "\n".join(spec), "predicate-table": "\n".join(rows)}
 
 
-def render_readme(text: str) -> str:
-    """`text` (the README) with each generated block replaced; a UserError if a marker is gone."""
-    for name, body in readme_blocks().items():
+def render_reference(text: str) -> str:
+    """`text` (the reference page) with each generated block replaced; a UserError if a marker
+    is gone."""
+    for name, body in reference_blocks().items():
         begin, end = _markers(name)
         if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-            raise UserError(f"{README_FILE}: expected one {begin} ... {end} pair")
+            raise UserError(f"{REFERENCE_FILE}: expected one {begin} ... {end} pair")
         head, rest = text.split(begin)
         text = f"{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}"
     return text
 
 
 def write_docs(root: Path) -> list[Path]:
-    """Write scene_specs/schema.json and the README's generated blocks under `root`."""
-    schema, readme = root / SCHEMA_FILE, root / README_FILE
-    if not schema.parent.is_dir() or not readme.is_file():
+    """Write scene_specs/schema.json and the reference page's generated blocks under `root`."""
+    schema, reference = root / SCHEMA_FILE, root / REFERENCE_FILE
+    if not schema.parent.is_dir() or not reference.is_file():
         raise UserError(
             f"{root}: --write: expected the repository root (with {SCHEMA_FILE.parent}/ and "
-            f"{README_FILE}); run it there"
+            f"{REFERENCE_FILE}); run it there"
         )
     schema.write_text(schema_text())
-    readme.write_text(render_readme(readme.read_text()))
-    return [schema, readme]
+    reference.write_text(render_reference(reference.read_text()))
+    return [schema, reference]
 
 
 def _markers(name: str) -> tuple[str, str]:

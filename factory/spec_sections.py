@@ -22,16 +22,17 @@ from pydantic import (
     model_validator,
 )
 
-from factory.predicates import parse_predicate
+from generators.predicates import parse_predicate
 
 
-class _Strict(BaseModel):
-    # Unknown keys are errors: a typo must never silently fall back to a default.
-    # NaN and infinity are errors too: `.nan` in a placement range would crash every attempt.
+class StrictModel(BaseModel):
+    # The base of every spec model (here and in `factory.scene_spec`). Unknown keys are errors:
+    # a typo must never silently fall back to a default. NaN and infinity are errors too:
+    # `.nan` in a placement range would crash every attempt.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class RobotShare(_Strict):
+class RobotShare(StrictModel):
     """One robot of a mixed-robot dataset and its share of the attempts."""
 
     robot: str = Field(description="robosuite robot, as task.robot takes it (e.g. Sawyer).")
@@ -44,7 +45,7 @@ class RobotShare(_Strict):
     )
 
 
-class TaskSpec(_Strict):
+class TaskSpec(StrictModel):
     """The robosuite task: environment, robot, controller, episode length and success."""
 
     env: str = Field(description='robosuite environment name, e.g. "Lift", "Stack", "Door".')
@@ -127,7 +128,7 @@ class TaskSpec(_Strict):
         return robots
 
 
-class SkillSpec(_Strict):
+class SkillSpec(StrictModel):
     """The skill window of a subtask's segment: the contact-rich part replayed from the demo."""
 
     margin: float = Field(
@@ -154,7 +155,7 @@ class SkillSpec(_Strict):
         return window
 
 
-class SubtaskSpec(_Strict):
+class SubtaskSpec(StrictModel):
     """One segment of every demo, re-targeted relative to the pose of its reference object."""
 
     object: str = Field(
@@ -197,7 +198,7 @@ class SubtaskSpec(_Strict):
         return offset
 
 
-class PlacementRange(_Strict):
+class PlacementRange(StrictModel):
     """Offsets from the object's pose at the start of the first seed demo, drawn uniformly."""
 
     x: tuple[float, float] = Field((0.0, 0.0), description="[lo, hi] metres along world x.")
@@ -215,7 +216,7 @@ class PlacementRange(_Strict):
         return self
 
 
-class PlacementSpec(_Strict):
+class PlacementSpec(StrictModel):
     """Where objects start in each attempt, relative to the first seed demo's start."""
 
     objects: dict[str, PlacementRange] = Field(
@@ -228,7 +229,7 @@ class PlacementSpec(_Strict):
     )
 
 
-class AdrSpec(_Strict):
+class AdrSpec(StrictModel):
     """Automatic domain randomization: before generating, probe batches of attempts find how
     far the `physics:` ranges can widen from nominal while generation still succeeds."""
 
@@ -259,7 +260,7 @@ class AdrSpec(_Strict):
     )
 
 
-class RobustnessSpec(_Strict):
+class RobustnessSpec(StrictModel):
     """Robust episodes: a successful attempt's actions are replayed open loop under `draws`
     other draws from the `physics:` ranges (factory/divergence.py); it is kept only when the
     task still succeeds in at least `min_success_share` of them, else it fails as "fragile"."""
@@ -274,7 +275,7 @@ class RobustnessSpec(_Strict):
     )
 
 
-class GenerationSpec(_Strict):
+class GenerationSpec(StrictModel):
     """MimicGen's knobs: how attempts are made from the seed demos, and when they count."""
 
     attempts: int = Field(
@@ -407,7 +408,7 @@ class GenerationSpec(_Strict):
     )
 
 
-class CameraSpec(_Strict):
+class CameraSpec(StrictModel):
     """One rendered camera: RGB always (upright JPEG), depth and segmentation on request."""
 
     name: str = Field(
@@ -425,7 +426,7 @@ class CameraSpec(_Strict):
     )
 
 
-class RenderSpec(_Strict):
+class RenderSpec(StrictModel):
     """Renderer settings; defaults measured under software GL (benchmarks/bench_render.py)."""
 
     reflections: StrictBool = Field(
@@ -465,7 +466,7 @@ class RenderSpec(_Strict):
         )
 
 
-class TextureBankSpec(_Strict):
+class TextureBankSpec(StrictModel):
     """Textures made once per dataset by a diffusers text-to-image pipeline (Stable Diffusion)."""
 
     model: str = Field(
@@ -495,7 +496,7 @@ class TextureBankSpec(_Strict):
     )
 
 
-class TextureRandomization(_Strict):
+class TextureRandomization(StrictModel):
     """New textures or colours per appearance variant."""
 
     surfaces: list[str] = Field(
@@ -513,7 +514,7 @@ class TextureRandomization(_Strict):
     )
 
 
-class LightRandomization(_Strict):
+class LightRandomization(StrictModel):
     """Light changes per appearance variant, each light in its body's frame."""
 
     position: float = Field(
@@ -540,7 +541,7 @@ class LightRandomization(_Strict):
         return value
 
 
-class CameraJitter(_Strict):
+class CameraJitter(StrictModel):
     """Camera pose changes per variant, relative to the camera's parent body (eye-in-hand: hand)."""
 
     position: float = Field(
@@ -554,7 +555,7 @@ class CameraJitter(_Strict):
     )
 
 
-class AppearanceSpec(_Strict):
+class AppearanceSpec(StrictModel):
     """Per-episode looks: each trajectory is rendered K times, each render its own episode."""
 
     variants_per_trajectory: int = Field(
@@ -574,7 +575,7 @@ class AppearanceSpec(_Strict):
     camera: CameraJitter | None = Field(None, description="Camera pose jitter; null: none.")
 
 
-class WaypointSpec(_Strict):
+class WaypointSpec(StrictModel):
     """One leg of a scripted seed demo: reach a gripper pose relative to an object in `steps`.
 
     The target's frame is taken when the waypoint starts; `factory/script.py` turns it into a pose.
@@ -639,7 +640,7 @@ class WaypointSpec(_Strict):
         return self
 
 
-class ScriptSpec(_Strict):
+class ScriptSpec(StrictModel):
     """Seed demos without a person: `factory script SPEC --out demo.hdf5` runs these waypoints."""
 
     demos: int = Field(
@@ -656,7 +657,7 @@ class ScriptSpec(_Strict):
     waypoints: list[WaypointSpec] = Field(min_length=1, description="Executed in order.")
 
 
-class OutputSpec(_Strict):
+class OutputSpec(StrictModel):
     """Where the dataset is written."""
 
     dir: str | None = Field(
@@ -723,7 +724,7 @@ DelayRange = Annotated[
 ]
 
 
-class PhysicsSpec(_Strict):
+class PhysicsSpec(StrictModel):
     """Physics drawn per attempt (from its seed), recorded in provenance.physics, undone at reset.
 
     Scales multiply the model's nominal value; a range is [lo, hi], a plain number x is [x, x].

@@ -15,6 +15,7 @@ from pathlib import Path
 from PIL import Image
 
 from factory.language import episode_language, paint_objects
+from factory.render import FrameRenderer
 from factory.sim import Placement, Scene
 from factory.spec import CameraSpec
 from generators.mimicgen import attempt_seed
@@ -37,8 +38,6 @@ def still_cameras(scene: Scene) -> list[CameraSpec]:
 
 def write_stills(scene: Scene, out_dir: Path) -> list[Path]:
     """Render the scene's start layout once per camera into `out_dir`; the PNG paths written."""
-    from factory.render import FrameRenderer
-
     cameras = still_cameras(scene)
     if not cameras:
         cameras = [CameraSpec(name=scene.camera_names()[0], width=STILL_SIZE, height=STILL_SIZE)]

@@ -28,10 +28,10 @@ import numpy as np
 
 from factory.annotate import MIN_RUN, run_starts
 from factory.fixtures import infer_fixture_poses
-from factory.records import SeedDemo
 from factory.robots import ROBOT_PARTS
 from factory.sim import Scene
 from generators.predicates import parse_predicate
+from generators.records import SeedDemo
 
 GRASP_TRAVEL = 0.01  # metres: a held object moved this far was handled (not pinched in place)
 PUSH_TRAVEL = 0.02  # metres: a touched, unheld object moved this far was pushed (not brushed)

@@ -27,8 +27,9 @@ from pydantic import ValidationError
 
 from factory.demos import load_seed_demos
 from factory.errors import SpecError, UserError
-from factory.records import SeedDemo
-from factory.scene_spec import fill_from_scene
+from factory.resolve import resolve_spec
+from factory.scene_spec import SCENE_ENV, fill_from_scene
+from factory.sim import Scene, make_env
 from factory.spec import SceneSpec, TaskSpec, load_raw_spec, validate_raw_spec
 from factory.suggest import (
     Candidates,
@@ -38,6 +39,8 @@ from factory.suggest import (
     interactions,
     trace_demo,
 )
+from generators.predicates import parse_predicate
+from generators.records import SeedDemo
 
 DEMO_SUFFIXES = (".hdf5", ".h5")
 # Placement offsets (metres, radians) by what the demos do with an object: a grasped one ±3 cm,
@@ -192,8 +195,7 @@ def _seed_demos(raw: dict, path: Path) -> list[SeedDemo]:
 
 def _discovery_scene(raw: dict, path: Path, demos: list[SeedDemo]):
     """A Scene naming every candidate body, built with the demos' robot (it never steps)."""
-    from factory.scene_build import env_kwargs
-    from factory.sim import Scene, make_env
+    from factory.scene_build import env_kwargs  # robosuite: only when a scene is built
 
     task = {**raw["task"], "robot": demos[0].robot, "fast_control": False}
     task.pop("robots", None)
@@ -221,8 +223,6 @@ def _discovery_scene(raw: dict, path: Path, demos: list[SeedDemo]):
         raise UserError(f"{path}: the {task['env']} model has nothing the hand could move")
     success = raw["task"].get("success")
     if success:  # kept when every object it names is a candidate
-        from generators.predicates import parse_predicate
-
         if parse_predicate(success).all_objects() <= set(candidates.names):
             base["task"]["success"] = success
     first = candidates.movable[0]
@@ -232,8 +232,6 @@ def _discovery_scene(raw: dict, path: Path, demos: list[SeedDemo]):
 
 def _check_env(env: str, path: Path) -> None:
     import robosuite
-
-    from factory.scene_spec import SCENE_ENV
 
     if env == SCENE_ENV:
         raise UserError(
@@ -306,8 +304,6 @@ def _joined(key: tuple[str, str | None], found: list[tuple[SeedDemo, DemoSubtask
 
 def _used_objects(subtasks: list[SuggestedSubtask], raw: dict) -> list[str]:
     """The objects the subtasks name, in the order they first do; then the spec's others."""
-    from generators.predicates import parse_predicate
-
     used = []
     for sub in subtasks:
         names = [sub.object]
@@ -367,8 +363,6 @@ def _root(scene, name: str) -> int:
 def _check(suggestion: Suggestion, per_demo, path: Path) -> None:
     """Annotate the spec with the fragment pasted in, as `factory annotate` would; each demo's
     order must be the one suggested (a mismatch or an error becomes a warning)."""
-    from factory.resolve import resolve_spec
-
     raw = suggestion.spec_data()
     for section in ("symmetry", "script", "physics", "appearance"):  # may name old objects
         raw.pop(section, None)

@@ -30,16 +30,16 @@ import numpy as np
 import torch
 
 from factory.errors import UserError
+from factory.output_dir import require_dataset_info
 from factory.policy import ChunkPolicy, make_obs_layout, masked_l1, mean_std
 from factory.resolve import Resolved
-from factory.run import require_dataset_info
-from factory.train_eval import (
+from factory.train_core import (
     TrainingData,
-    _report,
     evaluate,
     fit,
     idle_steps,
     load_training_data,
+    make_report,
 )
 from factory.train_eval_config import TrainEvalConfig
 from shards import check_shards, load_episodes, load_manifest
@@ -253,7 +253,7 @@ def train_eval_mixed(
         np.concatenate([d.episode for d in data.values()]),
         tuple(e for d in data.values() for e in d.episodes),
     )
-    report = _report(
+    report = make_report(
         dataset,
         resolved,
         info,

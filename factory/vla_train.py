@@ -39,14 +39,14 @@ from factory.policy import ObsLayout, make_obs_layout, make_observation, masked_
 from factory.render import FrameRenderer, encode_jpeg
 from factory.resolve import Resolved
 from factory.spec import CameraSpec
-from factory.train_eval import (
+from factory.train_core import (
     TrainingData,
     TrainLog,
-    _report,
     dataset_camera,
     eval_seed,
     fit,
     idle_steps,
+    make_report,
     run_rollout,
     start_state,
 )
@@ -350,7 +350,7 @@ def train_eval_vla(
             f"{'success' if r['success'] else 'failure'} in {r['steps']} steps"
         ),
     )
-    report = _report(
+    report = make_report(
         dataset,
         resolved,
         info,

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from factory import robot_repairs
+from factory.mixed_worker import MixedShardWorker
+from factory.mujoco_log import route_mujoco_warnings
 from factory.spec import SceneSpec
 
 if TYPE_CHECKING:
@@ -23,12 +26,10 @@ class ShardWorkerFactory:
     spec: SceneSpec
 
     def __call__(self) -> ShardWorker:
-        from factory.mujoco_log import route_mujoco_warnings
         from factory.pipeline import ShardWorker  # imports mujoco (and so fixes MUJOCO_GL)
 
         route_mujoco_warnings()  # not into MUJOCO_LOG.TXT in the worker's working directory
+        robot_repairs.install()  # in this actor's process, before its env is built
         if self.spec.task.robots:  # a mixed-robot dataset: one env per robot, built on need
-            from factory.embodiments import MixedShardWorker
-
             return MixedShardWorker(self.spec)
         return ShardWorker(self.spec, ())

@@ -51,9 +51,8 @@ class SurfaceDraw:
 
     pattern: str | None  # procedural pattern name; None when a bank image is used
     bank_image: int | None  # index into the texture bank; None for a procedural pattern
-    colors: tuple[
-        Vec3, Vec3
-    ]  # RGB in [0, 1]; colors[0] also colours untextured geoms and materials
+    # RGB in [0, 1]; colors[0] also colours untextured geoms and materials
+    colors: tuple[Vec3, Vec3]
     seed: int  # seeds the pattern's own parameters (scale, angle, noise)
 
     def to_json(self) -> dict:
@@ -117,9 +116,8 @@ class AppearanceDraw:
     """One variant's look; empty fields leave the model as it is (default: the original scene)."""
 
     surfaces: Mapping[str, SurfaceDraw] = field(default_factory=dict)  # surface name -> look
-    lights: tuple[
-        LightDraw, ...
-    ] = ()  # light i of the model gets lights[i]; lights past the end untouched
+    # light i of the model gets lights[i]; lights past the end untouched
+    lights: tuple[LightDraw, ...] = ()
     cameras: Mapping[str, CameraDraw] = field(default_factory=dict)  # camera name -> jitter
 
     @property
@@ -226,9 +224,8 @@ class SurfaceBinding:
     """What re-colouring one surface touches in the model (ids)."""
 
     name: str
-    textures: tuple[
-        int, ...
-    ]  # textures of its textured materials (RGB role): the image is written here
+    # textures of its textured materials (RGB role): the image is written here
+    textures: tuple[int, ...]
     materials: tuple[int, ...]  # its untextured materials: mat_rgba takes colors[0]
     geoms: tuple[int, ...]  # its geoms without material: geom_rgba takes colors[0]
 

@@ -15,7 +15,7 @@ Nothing is downloaded: the model is a local folder in `save_pretrained` layout o
 already in the Hugging Face cache. A model that cannot be loaded is a `TextureModelError` saying
 how to provide it.
 
-Length (~540 lines): planning, the offline model loading (three pipeline families) and the
+Why one module: planning, the offline model loading (three pipeline families) and the
 circular padding are one contract (a bank's key covers all three); they are kept together so
 that a change to one is seen beside the key it must change.
 """
@@ -39,10 +39,16 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from fileio import (
+    DatasetError,
+    atomic_output,
+    dumps_json,
+    read_json_file,
+    sha256_file,
+    write_text_atomic,
+)
 from generators.errors import TextureBankError, TextureModelError
 from generators.params import TextureBankParams
-from shards.format import DatasetError, atomic_output, dumps_json, read_json_file, write_text_atomic
-from shards.writer import sha256_file
 
 BANK_DIRNAME = "textures"  # DIR/textures/
 INDEX_FILENAME = "bank.json"  # DIR/textures/bank.json, written last

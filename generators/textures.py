@@ -15,9 +15,8 @@ from collections.abc import Callable
 import numpy as np
 
 Colors = np.ndarray  # [2, 3] float, RGB in [0, 1]: the pattern's two colours
-PatternFn = Callable[
-    [np.random.Generator, int, Colors], np.ndarray
-]  # -> [S, S] float mix in [0, 1]
+# -> [S, S] float mix in [0, 1]
+PatternFn = Callable[[np.random.Generator, int, Colors], np.ndarray]
 
 
 def _solid(rng: np.random.Generator, size: int, colors: Colors) -> np.ndarray:

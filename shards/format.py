@@ -35,16 +35,24 @@ metres [H, W] and labels as int32 [H, W].
 from __future__ import annotations
 
 import io
-import json
-import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
+
+# The dataset format's files are written and read through these (imported from here by the
+# other shards modules too).
+from fileio import (  # noqa: F401
+    DatasetError,
+    atomic_output,
+    dumps_json,
+    fsync_path,
+    read_json_file,
+    write_text_atomic,
+)
 
 SCHEMA_VERSION = 1
 
@@ -67,15 +75,6 @@ DEPTH_SCALE_M = 0.001  # metres per depth unit (millimetres)
 DEPTH_MAX_UNITS = 65535  # saturated: at least this far
 SEGMENTATION_MODES = ("geom", "body", "object")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-class DatasetError(Exception):
-    """A dataset file that is missing a part, malformed, or inconsistent.
-
-    The message names the file and what is wrong with it. The dataset format's own error: not
-    a `ValueError` (a bug's `ValueError` must not pass for a damaged dataset), and printed by
-    the CLI as one `error:` line, exit 2 (`factory.errors.USER_FACING_ERRORS`).
-    """
 
 
 class ExportError(DatasetError):
@@ -347,65 +346,3 @@ def _check_json(what: str, value: Any) -> None:
         dumps_json(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} must be JSON-serialisable: {exc}") from exc
-
-
-def dumps_json(value: Any, *, indent: int | None = None) -> str:
-    """The one JSON encoding used for dataset files: sorted keys, no NaN/Infinity.
-
-    NaN is not valid JSON and other readers (JS, Rust, jq) reject it, so it fails here.
-    """
-    return json.dumps(value, sort_keys=True, indent=indent, allow_nan=False)
-
-
-@contextmanager
-def atomic_output(path: Path) -> Iterator[BinaryIO]:
-    """Open a temporary file next to `path` for binary writing; rename it to `path` on success.
-
-    The temporary name (``.<name>.tmp-<pid>``) lives in the same directory so that
-    `os.replace` is an atomic rename. The data is flushed and fsynced before the
-    rename. On any exception the temporary file is removed and the exception
-    propagates; `path` is then untouched (absent, or its previous content).
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_path(path.parent)
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file, or a directory (which makes a rename inside it durable across a power loss)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` (UTF-8) to `path` atomically: a reader sees the old file or the new one."""
-    data = text.encode("utf-8")
-    with atomic_output(path) as f:
-        f.write(data)
-
-
-def read_json_file(path: Path) -> Any:
-    """Parse a JSON file; malformed content raises `DatasetError` naming the file.
-
-    A missing file raises FileNotFoundError; callers decide whether that is allowed.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not a JSON text file (byte {exc.start} is not UTF-8)") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: malformed JSON: {exc}") from exc

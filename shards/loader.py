@@ -44,7 +44,7 @@ RNG and reads each draw whole, forever; with `epoch_length`, one rank's
 DataLoader yields exactly `epoch_length` samples an iteration, spread over its
 workers. Shards that turn out to hold no samples are dropped from the draw.
 
-Length (~560 lines): the configuration, the dataset and the resolution of its sources
+Why one module: the configuration, the dataset and the resolution of its sources
 (manifest, stats, dataset_info: cameras, depth, embodiments) are one public entry,
 `make_loader`; the stages themselves are in `shards/stages.py`.
 """
@@ -133,23 +133,52 @@ _ITEM_KEYS = frozenset(
 
 @dataclass(frozen=True)
 class LoaderConfig:
-    """How `ShardDataset` turns shards into training samples; checked on construction."""
+    """How `ShardDataset` turns shards into training samples; checked on construction.
 
-    cameras: tuple[str, ...] | None  # cameras to decode, in this order; None: every .jpg member
-    action_horizon: int = 16  # H: actions t..t+H-1 per sample, >= 1
-    normalization: str = "mean_std"  # one of NORMALIZATIONS, applied to state and actions
-    shuffle_buffer: int = 0  # samples held for shuffling; 0 or 1: stream order, shards in order
-    seed: int = 0  # with the epoch, rank and worker: every random draw
-    resampled: bool = False  # draw shards with replacement, forever (or epoch_length)
-    epoch_length: int | None = None  # resampled only: samples a rank yields per iteration
-    image_dtype: str = "uint8"  # "uint8" [3, H, W] 0..255, or "float32" [3, H, W] in [0, 1]
-    extra_keys: tuple[
-        str, ...
-    ] = ()  # other per-step .npy members to yield as stored, e.g. ("sim_state",)
-    depth: tuple[str, ...] = ()  # cameras whose depth to yield: float32 [1, H, W] metres
-    segmentation: tuple[str, ...] = ()  # cameras whose segmentation labels to yield: int64 [H, W]
-    sensor_noise: SensorNoise | None = None  # observation noise, frame drops, latency; None: off
-    embodiment: str | None = None  # one robot's episodes only (a mixed dataset); None: all
+    The one description of the loader's settings: `make_loader` takes them as its parameters
+    (with these defaults) and its docstring is completed from this one.
+
+    cameras:        cameras to decode, in order; None: every .jpg member (`make_loader`: those
+                    of dataset_info.json, else every .jpg)
+    action_horizon: H, the length of `action_chunk` (actions t..t+H-1 per sample), >= 1
+    normalization:  one of NORMALIZATIONS: "none", "mean_std" or "quantile" (see `Normalizer`),
+                    for state and actions
+    shuffle_buffer: samples held for shuffling; 0 or 1: stream order, shards in order (> 1 also
+                    shuffles the shard order each epoch)
+    seed:           seeds shard order, shuffling and resampling, with epoch, rank and worker
+    resampled:      draw shards with replacement, endlessly (or `epoch_length`)
+    epoch_length:   resampled only: samples one rank yields per iteration (None: endless)
+    image_dtype:    "uint8" (0..255) or "float32" (0..1) images, [3, H, W]
+    extra_keys:     other per-step .npy members to yield unnormalized under their own key,
+                    e.g. ["sim_state"] (the flattened MuJoCo state, for object poses)
+    depth:          cameras whose depth to yield, item["depth"][camera]: float32 [1, H, W] metres
+                    (0 = no reading); dataset_info.json must list depth for them
+    segmentation:   cameras whose labels to yield, item["segmentation"][camera]: int64 [H, W]
+                    (labels as stored, see shards.format)
+    sensor_noise:   a `SensorNoise` (`make_loader`: or its JSON dict): state noise and
+                    per-episode bias in raw units (added before normalization), camera frame
+                    drops, observation latency; seeded per (seed, epoch, episode), see
+                    `shards.sensor_noise`; None: off
+    embodiment:     a mixed-robot dataset: only this robot's episodes (e.g. "Sawyer"); None: all.
+                    Every item carries "embodiment_id" (int: the robot's position in
+                    dataset_info.json's embodiments; 0 in a single-robot dataset), and when
+                    stats.json has per-robot statistics (`embodiments`), each episode is
+                    normalized with its own robot's
+    """
+
+    cameras: tuple[str, ...] | None
+    action_horizon: int = 16
+    normalization: str = "mean_std"
+    shuffle_buffer: int = 0
+    seed: int = 0
+    resampled: bool = False
+    epoch_length: int | None = None
+    image_dtype: str = "uint8"
+    extra_keys: tuple[str, ...] = ()
+    depth: tuple[str, ...] = ()
+    segmentation: tuple[str, ...] = ()
+    sensor_noise: SensorNoise | None = None
+    embodiment: str | None = None
 
     def __post_init__(self) -> None:
         if self.action_horizon < 1:
@@ -327,20 +356,20 @@ class ShardDataset(torch.utils.data.IterableDataset):
 def make_loader(
     source: str | os.PathLike | Sequence[str | os.PathLike],
     cameras: Sequence[str] | None = None,
-    action_horizon: int = 16,
-    normalization: str = "mean_std",
-    shuffle_buffer: int = 0,
-    seed: int = 0,
-    resampled: bool = False,
-    epoch_length: int | None = None,
+    action_horizon: int = LoaderConfig.action_horizon,
+    normalization: str = LoaderConfig.normalization,
+    shuffle_buffer: int = LoaderConfig.shuffle_buffer,
+    seed: int = LoaderConfig.seed,
+    resampled: bool = LoaderConfig.resampled,
+    epoch_length: int | None = LoaderConfig.epoch_length,
     *,
     stats: str | os.PathLike | DatasetStats | None = None,
-    image_dtype: str = "uint8",
-    extra_keys: Sequence[str] = (),
-    depth: Sequence[str] = (),
-    segmentation: Sequence[str] = (),
-    sensor_noise: SensorNoise | Mapping[str, Any] | None = None,
-    embodiment: str | None = None,
+    image_dtype: str = LoaderConfig.image_dtype,
+    extra_keys: Sequence[str] = LoaderConfig.extra_keys,
+    depth: Sequence[str] = LoaderConfig.depth,
+    segmentation: Sequence[str] = LoaderConfig.segmentation,
+    sensor_noise: SensorNoise | Mapping[str, Any] | None = LoaderConfig.sensor_noise,
+    embodiment: str | None = LoaderConfig.embodiment,
 ) -> ShardDataset:
     """A `ShardDataset` over `source`; wrap it in `torch.utils.data.DataLoader`.
 
@@ -348,29 +377,9 @@ def make_loader(
                     in object storage (s3://bucket/prefix: shards streamed), a shard path or
                     URL, a brace pattern (``DIR/shards/shard-{000000..000003}.tar``), or a
                     list of those
-    cameras:        cameras to decode, in order; None: those of dataset_info.json (else every .jpg)
-    action_horizon: H, the length of `action_chunk`
-    normalization:  "none", "mean_std" or "quantile" (see `Normalizer`), for state and actions
-    shuffle_buffer: samples held for shuffling (> 1 also shuffles the shard order each epoch)
-    seed:           seeds shard order, shuffling and resampling, with epoch, rank and worker
-    resampled:      draw shards with replacement, endlessly
-    epoch_length:   resampled only: samples one rank yields per iteration (None: endless)
     stats:          dataset directory or stats.json path; None: the source's dataset directory
-    image_dtype:    "uint8" (0..255) or "float32" (0..1) images, [3, H, W]
-    extra_keys:     other per-step .npy members to yield unnormalized under their own key,
-                    e.g. ["sim_state"] (the flattened MuJoCo state, for object poses)
-    depth:          cameras whose depth to yield, item["depth"][camera]: float32 [1, H, W] metres
-                    (0 = no reading); dataset_info.json must list depth for them
-    segmentation:   cameras whose labels to yield, item["segmentation"][camera]: int64 [H, W]
-                    (labels as stored, see shards.format)
-    sensor_noise:   a `SensorNoise` (or its JSON dict): state noise and per-episode bias in raw
-                    units (added before normalization), camera frame drops, observation latency;
-                    seeded per (seed, epoch, episode), see `shards.sensor_noise`
-    embodiment:     a mixed-robot dataset: only this robot's episodes (e.g. "Sawyer"); None: all.
-                    Every item carries "embodiment_id" (int: the robot's position in
-                    dataset_info.json's embodiments; 0 in a single-robot dataset), and when
-                    stats.json has per-robot statistics (`embodiments`), each episode is
-                    normalized with its own robot's
+
+    Every other parameter is a field of `LoaderConfig`, checked there:
     """
     with resolve_shards(source) as (urls, root, counts, infos):
         info = load_dataset_info(root) if root is not None else None
@@ -406,6 +415,16 @@ def make_loader(
                 r: int(e["id"]) for r, e in ((info or {}).get("embodiments") or {}).items()
             },
         )
+
+
+def _settings_doc() -> str:
+    """LoaderConfig's description of its fields (for make_loader's docstring)."""
+    doc = LoaderConfig.__doc__ or ""
+    return doc[doc.index("    cameras:") :] if "    cameras:" in doc else ""
+
+
+if make_loader.__doc__ is not None:  # None under python -OO
+    make_loader.__doc__ += "\n" + _settings_doc()
 
 
 def _resolve_embodiment(embodiment: str | None, info: Mapping[str, Any] | None) -> str | None:

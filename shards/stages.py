@@ -75,9 +75,8 @@ class EpisodeArrays:
     states: np.ndarray
     frames: Mapping[str, tuple[bytes, ...]]
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)
-    pngs: Mapping[str, tuple[bytes, ...]] = field(
-        default_factory=dict
-    )  # member suffix -> T depth/label PNGs
+    # member suffix -> T depth/label PNGs
+    pngs: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)
     embodiment_id: int = 0  # the robot's position in dataset_info.json's embodiments
 
 
@@ -93,9 +92,8 @@ class StepSample:
     action_mask: np.ndarray
     frames: Mapping[str, bytes]
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)  # key -> this step's array
-    pngs: Mapping[str, bytes] = field(
-        default_factory=dict
-    )  # member suffix -> this step's depth/label PNG
+    # member suffix -> this step's depth/label PNG
+    pngs: Mapping[str, bytes] = field(default_factory=dict)
     embodiment_id: int = 0
 
 

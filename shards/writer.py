@@ -16,7 +16,6 @@ its checksum in the manifest still holds.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tarfile
 from collections.abc import Iterator, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fileio import sha256_file
 from shards.embodiment_stats import embodiment_rows
 from shards.format import (
     ACTION_KEY,
@@ -56,7 +56,6 @@ from shards.stats import save_sidecar
 _TAR_FORMAT = tarfile.PAX_FORMAT  # PAX rather than USTAR: no 100-character name limit
 _TAR_MTIME = 0
 _TAR_MODE = 0o444
-_HASH_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -141,15 +140,6 @@ def write_shard(
         }
         save_sidecar(path, {k: partial_stats(v) for k, v in rows.items()}, info.sha256)
     return info
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _check_episodes(episodes: Sequence[Episode], shard_index: int) -> list[Episode]:

@@ -63,6 +63,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
+    if item.get_closest_marker("sim") is not None:
+        # As the CLI and the Ray workers do, once, before this process builds an env (and so
+        # before the test's fixtures: a module-scoped one may build it).
+        from factory import robot_repairs
+
+        robot_repairs.install()
     with _marks_enforced(item):  # fixtures too: a module-scoped one may build the env
         yield
 

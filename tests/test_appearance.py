@@ -17,10 +17,11 @@ from PIL import Image
 
 from factory.adapters import appearance_params
 from factory.errors import UserError
-from factory.pipeline import ShardWorker, plan_shards
+from factory.pipeline import ShardWorker
 from factory.preview import sheet_records
 from factory.render import FrameRenderer, encode_jpeg
 from factory.resolve import resolve_spec
+from factory.shard_records import plan_shards
 from factory.sim import Placement, Scene
 from factory.spec import TextureRandomization, load_spec
 from generators.appearance import (

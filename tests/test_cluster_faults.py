@@ -54,9 +54,10 @@ def lowdim_spec(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference(lowdim_spec, tmp_path_factory) -> Path:
     """The dataset written in this process, shard after shard, without Ray."""
-    from factory.pipeline import ShardWorker, plan_shards
+    from factory.pipeline import ShardWorker
     from factory.resolve import resolve_spec
     from factory.run import DatasetRecorder
+    from factory.shard_records import plan_shards
     from factory.spec import load_spec
 
     out = tmp_path_factory.mktemp("reference")

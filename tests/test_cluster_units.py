@@ -74,7 +74,7 @@ def test_the_actor_module_and_its_arguments_do_not_import_mujoco():
     """The actor picks its EGL device in __init__: mujoco must not be imported before that."""
     # What crosses to the actor: the worker factory (and the spec in it), then the demos.
     code = (
-        "import sys, cluster.runner, factory.worker_factory, factory.records; "
+        "import sys, cluster.runner, factory.worker_factory, generators.records; "
         "print(sorted({'mujoco', 'robosuite'} & set(sys.modules)))"
     )
     out = subprocess.run(
@@ -183,7 +183,7 @@ def test_run_progress_counts_events_and_warns_without_a_bar(capsys):
 
 def _result(out: Path, index: int):
     """A finished, empty shard (a real tar) and its result record."""
-    from factory.pipeline import ShardResult, ShardTask
+    from factory.shard_records import ShardResult, ShardTask
     from shards import shards_dir, write_shard
 
     shards_dir(out).mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,9 @@ from factory.divergence import divergence_draws, score_episode
 from factory.divergence_run import CHECK_STEPS, score_recorded
 from factory.output_dir import GENERATION_FILENAME
 from factory.physics import draw_physics, physics_rng, recorded_physics
-from factory.pipeline import ShardTask, ShardWorker
+from factory.pipeline import ShardWorker
 from factory.run import DatasetRecorder, dataset_info
+from factory.shard_records import ShardTask
 from factory.spec import load_spec
 from shards import load_episodes, save_dataset_info
 from shards.metadata import EpisodeRecord

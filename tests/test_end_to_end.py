@@ -11,8 +11,9 @@ import pytest
 import webdataset as wds
 import yaml
 
-from factory.pipeline import ShardWorker, plan_shards
+from factory.pipeline import ShardWorker
 from factory.resolve import resolve_spec
+from factory.shard_records import plan_shards
 from factory.spec import load_spec
 from shards import load_episodes, load_manifest, load_stats, sha256_file, shards_dir
 from shards.partial_stats import QUANTILE_ERROR_OF_RANGE

@@ -18,8 +18,10 @@ from factory.policy import make_obs_layout
 from factory.resolve import Resolved, resolve_spec
 from factory.seeds import write_seed_dataset
 from factory.spec import load_spec
-from factory.train_eval import TrainEvalConfig, evaluate, train_eval
-from factory.train_eval import eval_seed as rollout_seed
+from factory.train_core import eval_seed as rollout_seed
+from factory.train_core import evaluate
+from factory.train_eval import train_eval
+from factory.train_eval_config import TrainEvalConfig
 
 SHIFTED = SPECS / "physics" / "shifted.yaml"
 FIXED_DRAW = {

@@ -198,9 +198,8 @@ def test_the_directory_is_judged_under_the_lock(built, tmp_path):
     while not _children(process.pid):  # Ray's processes: the first look at --out is over
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.05)
-    shutil.copytree(
-        dataset, out, dirs_exist_ok=True
-    )  # meanwhile, another run finished a dataset there
+    # meanwhile, another run finished a dataset there
+    shutil.copytree(dataset, out, dirs_exist_ok=True)
     before = files(out)
     stdout, stderr = process.communicate(timeout=300)
     result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

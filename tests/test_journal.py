@@ -14,8 +14,8 @@ import pytest
 import shards.journal as journal_module
 from factory.errors import DatasetWriteError
 from factory.output_dir import clear_dataset, load_generation, repair_records
-from factory.pipeline import ShardResult, ShardTask
 from factory.recorder import DatasetRecorder
+from factory.shard_records import ShardResult, ShardTask
 from shards import (
     DatasetError,
     Episode,

@@ -442,9 +442,8 @@ _PLAIN = [
     ("link", tarfile.SYMTYPE),
     ("big", np.random.default_rng(0).bytes(3 * 1024 * 1024 + 7)),  # spans several chunks
 ]
-_PREFIXED = [
-    ("dir/" + "p" * 120 + "/file.bin", b"\xff" * 513)
-]  # ustar: prefix + name; pax, GNU: extended
+# ustar: prefix + name; pax, GNU: extended
+_PREFIXED = [("dir/" + "p" * 120 + "/file.bin", b"\xff" * 513)]
 _EXTENDED = [
     ("n" * 150 + ".jpg", b"long name"),  # pax: an x header; GNU: an L header
     ("caf\u00e9.json", b"{}"),  # pax: an x header (not ASCII)
@@ -577,9 +576,8 @@ def test_npy_members_parse_like_np_load() -> None:
     # Twice round, so the second reads every header from the cache; interleaved, so a cached
     # header of one array must not be used for another.
     cases = [(a, None) for a in _ARRAYS] + [(_ARRAYS[1], (2, 0))]
-    cases.append(
-        (np.array([(1,)], dtype=[("\u00fc\u03c0", "<i4")]), None)
-    )  # np.save writes version 3.0
+    # np.save writes version 3.0
+    cases.append((np.array([(1,)], dtype=[("\u00fc\u03c0", "<i4")]), None))
     for _ in range(2):
         for array, version in cases:
             loaded = load_npy(_npy_bytes(array, version))
@@ -649,3 +647,20 @@ def test_the_fast_jpeg_path_gives_pils_pixels(options) -> None:
     np.testing.assert_array_equal(_decode_jpeg(data, "uint8").numpy(), reference)
     with pytest.raises(OSError, match="truncated"):  # cut short: refused, not decoded in part
         _decode_jpeg(data[: len(data) // 2], "uint8")
+
+
+def test_make_loader_takes_loader_config_fields_with_their_defaults_and_documents_each():
+    import inspect
+
+    from shards.loader import LoaderConfig
+
+    params = inspect.signature(make_loader).parameters
+    fields = {f.name: f for f in dataclasses.fields(LoaderConfig)}
+    assert set(params) - {"source", "stats"} == set(fields)
+    for name, field in fields.items():
+        if field.default is not dataclasses.MISSING:
+            assert params[name].default == field.default, name
+        # documented once, in LoaderConfig, and so in make_loader's help too
+        assert f"    {name}:" in LoaderConfig.__doc__, name
+        assert f"    {name}:" in make_loader.__doc__, name
+    assert params["cameras"].default is None  # make_loader: dataset_info.json's cameras

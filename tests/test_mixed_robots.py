@@ -108,7 +108,7 @@ def test_an_unknown_robot_in_the_list_is_one_line_naming_its_index(tmp_path):
 
 def test_a_hand_of_the_other_sign_gets_its_gripper_column_flipped():
     from factory.cross_robot import flip_gripper
-    from factory.records import AnnotatedDemo, SeedDemo
+    from generators.records import AnnotatedDemo, SeedDemo
 
     actions = np.zeros((3, 7))
     actions[:, -1] = [-1.0, 1.0, 1.0]
@@ -145,11 +145,11 @@ def test_the_jaco_closes_on_plus_one_and_its_open_hand_reads_open(tmp_path):
 def mixed_dataset(tmp_path_factory):
     """One shard of two attempts (attempt 0 on the Panda, 1 on the Sawyer), physics only,
     finished as `factory run` finishes a dataset (without Ray); and the resolved spec."""
-    from factory.embodiments import MixedShardWorker
-    from factory.pipeline import ShardTask
+    from factory.mixed_worker import MixedShardWorker
     from factory.recorder import DatasetRecorder
     from factory.resolve import resolve_spec
     from factory.run import dataset_info
+    from factory.shard_records import ShardTask
     from shards import save_dataset_info, shards_dir
 
     root = tmp_path_factory.mktemp("mixed")
@@ -256,7 +256,8 @@ def test_train_eval_trains_one_policy_on_both_robots_and_rolls_out_on_each(mixed
     # The mixed path of `factory train-eval` (factory.train_eval_mixed), at toy size: the figures
     # are benchmarks/bench_mixed_policy.py's; here, which episodes train and where it rolls out.
     from factory.errors import UserError
-    from factory.train_eval import TrainEvalConfig, train_eval
+    from factory.train_eval import train_eval
+    from factory.train_eval_config import TrainEvalConfig
 
     out, result, resolved = mixed_dataset
     lengths = {e.provenance["embodiment"]: e.length for e in result.episodes}
@@ -306,7 +307,7 @@ def test_exports_carry_the_robots_and_robomimic_refuses_a_mix(mixed_dataset, tmp
 
 
 def test_a_mixed_spec_gets_a_worker_per_robot_built_on_need(tmp_path):
-    from factory.embodiments import MixedShardWorker
+    from factory.mixed_worker import MixedShardWorker
     from factory.worker_factory import ShardWorkerFactory
 
     spec = load_spec(write_spec(tmp_path / "m.yaml", task={"robots": PANDA_SAWYER}))

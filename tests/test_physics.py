@@ -18,8 +18,9 @@ import yaml
 
 from factory.adapters import placement_params
 from factory.physics import PhysicsDraw, draw_physics, physics_rng
-from factory.pipeline import ShardTask, ShardWorker
+from factory.pipeline import ShardWorker
 from factory.resimulate import resimulate
+from factory.shard_records import ShardTask
 from factory.spec import load_spec
 from generators.mimicgen import attempt_seed, sample_placement
 from generators.scene_api import Placement

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from factory.predicates import PREDICATE_KINDS, Predicate, parse_predicate
+from generators.predicates import PREDICATE_KINDS, Predicate, parse_predicate
 
 
 @pytest.mark.parametrize(

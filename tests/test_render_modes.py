@@ -77,9 +77,8 @@ def _project(
     import mujoco
 
     cam = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
-    rotation = scene.data.cam_xmat[cam].reshape(
-        3, 3
-    )  # columns: camera x (right), y (up), z (backwards)
+    # columns: camera x (right), y (up), z (backwards)
+    rotation = scene.data.cam_xmat[cam].reshape(3, 3)
     local = rotation.T @ (point - scene.data.cam_xpos[cam])
     focal = (height / 2) / np.tan(np.radians(scene.model.cam_fovy[cam]) / 2)
     column = width / 2 + focal * local[0] / -local[2]
@@ -101,9 +100,8 @@ def test_depth_is_metric_and_upright_and_labels_mark_the_cube(scene, renderer, c
     depth, labels = views.depth, views.labels
     assert depth.shape == labels.shape == (32, 32) and depth.dtype == np.float32
     assert np.isfinite(depth).all() and 0.3 < depth.min() and depth.max() < 5.0
-    if (
-        cam.name == "agentview"
-    ):  # the near table fills the bottom of an upright image, the far wall its top
+    # the near table fills the bottom of an upright image, the far wall its top
+    if cam.name == "agentview":
         assert depth[-4:].mean() < depth[:4].mean()
         assert abs(depth[31 - row, column] - distance) > 0.1
     cube = {

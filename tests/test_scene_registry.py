@@ -83,9 +83,8 @@ def test_spec_builds_resets_and_steps(path):
     scene.reset_to(start if start is not None else scene.get_state(), Placement(offsets))
     for name in free:
         moved = scene.object_pose(name)[:2, 3]
-        np.testing.assert_allclose(
-            moved - original[name], [0.01, -0.01], atol=2e-3
-        )  # the drop settles it
+        # the drop settles it
+        np.testing.assert_allclose(moved - original[name], [0.01, -0.01], atol=2e-3)
     for name, root in roots.items():
         np.testing.assert_allclose(
             scene.model.body_pos[root][:2] - original_roots[name], [0.01, -0.01], atol=1e-9

@@ -241,8 +241,9 @@ def test_paraphrases_are_the_other_templates_filled_with_the_same_colours():
 
 @pytest.mark.slow
 def test_the_rendered_colour_is_the_one_the_instruction_names():
-    from factory.pipeline import ShardTask, ShardWorker
+    from factory.pipeline import ShardWorker
     from factory.resolve import resolve_spec
+    from factory.shard_records import ShardTask
 
     cameras = [{"name": "frontcam", "width": 64, "height": 64, "segmentation": "object"}]
     resolved = resolve_spec(load_spec(CUBE_BOWL, {"cameras": cameras}))

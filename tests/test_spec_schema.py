@@ -1,5 +1,6 @@
 """The spec documents itself: descriptions on every field, `factory spec-help`, the JSON Schema
-and the README tables generated from them (and kept in step), and `extends:` between specs."""
+and the spec reference's tables (docs/spec_reference.md) generated from them (and kept in step),
+and `extends:` between specs."""
 
 from __future__ import annotations
 
@@ -45,14 +46,16 @@ def test_schema_json_matches_the_models():
     assert committed == spec_docs.schema_text(), f"scene_specs/schema.json is stale: {REGENERATE}"
 
 
-def test_readme_tables_match_the_models():
-    readme = (REPO / spec_docs.README_FILE).read_text()
-    assert spec_docs.render_readme(readme) == readme, f"README spec tables are stale: {REGENERATE}"
+def test_reference_tables_match_the_models():
+    page = (REPO / spec_docs.REFERENCE_FILE).read_text()
+    assert spec_docs.render_reference(page) == page, (
+        f"spec reference tables are stale: {REGENERATE}"
+    )
 
 
 def test_predicate_docs_cover_the_registry():
     assert spec_docs.check_predicate_docs() == []
-    assert "`inside(a, bin)`" in spec_docs.readme_blocks()["predicate-table"]
+    assert "`inside(a, bin)`" in spec_docs.reference_blocks()["predicate-table"]
 
 
 @pytest.mark.parametrize("path", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.stem)

@@ -10,12 +10,12 @@ import pytest
 
 from factory.annotate import FINISH_TAIL, MIN_RUN, segment_demo, segment_starts
 from factory.errors import UserError
-from factory.pipeline import ShardResult, ShardTask
-from factory.records import SeedDemo
 from factory.resolve import resolve_spec
 from factory.run import DatasetRecorder
+from factory.shard_records import ShardResult, ShardTask
 from factory.spec import load_spec
 from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt, pose_distance
+from generators.records import SeedDemo
 from shards import ShardInfo
 from tests.conftest import SPECS
 
@@ -76,9 +76,8 @@ def test_a_flicker_shorter_than_min_run_is_not_a_grasp():
 
 
 def test_the_finishing_subtask_is_last_whatever_the_spec_order():
-    holds = _holds(
-        50, {0: [(40, None)], 1: [(10, 30)]}, 2
-    )  # subtask 0 ends at success, listed first
+    # subtask 0 ends at success, listed first
+    holds = _holds(50, {0: [(40, None)], 1: [(10, 30)]}, 2)
     order, ends, _ = segment_demo(_demo(50), holds, ["success", "grasped(a)"], finishing=0)
     assert order == (1, 0) and ends == (50, 11)
 

@@ -122,9 +122,8 @@ def make_random_pipeline(folder: Path, arch: str = "tiny") -> Path:
             norm_num_groups=32,
             sample_size=512,
         )
-        build_device = (
-            "cuda" if torch.cuda.is_available() else "cpu"
-        )  # random init is much faster there
+        # random init is much faster there
+        build_device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.float16
     with torch.device(build_device):
         unet = UNet2DConditionModel(in_channels=4, out_channels=4, **unet_config)

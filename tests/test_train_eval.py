@@ -24,13 +24,9 @@ from factory.policy import (
 from factory.resolve import Resolved, resolve_spec
 from factory.seeds import write_seed_dataset
 from factory.spec import load_spec
-from factory.train_eval import (
-    TrainEvalConfig,
-    eval_seed,
-    idle_steps,
-    load_training_data,
-    train_eval,
-)
+from factory.train_core import eval_seed, idle_steps, load_training_data
+from factory.train_eval import train_eval
+from factory.train_eval_config import TrainEvalConfig
 from generators.mimicgen import attempt_seed
 from shards import load_episodes, load_manifest
 from shards.loader import make_loader
@@ -168,9 +164,8 @@ def test_action_post_processing():
     old, new = np.zeros((4, 7)), np.ones((4, 7))
     mixed = ensemble([(0, old), (2, new)], t=3, decay=0.0)  # both cover step 3: equal weights
     np.testing.assert_allclose(mixed, 0.5)
-    np.testing.assert_allclose(
-        ensemble([(0, old), (2, new)], t=1, decay=0.0), 0.0
-    )  # only the first covers it
+    # only the first covers it
+    np.testing.assert_allclose(ensemble([(0, old), (2, new)], t=1, decay=0.0), 0.0)
 
 
 def test_training_data_shapes_and_masked_loss(seeds_dataset, resolved):
@@ -280,9 +275,8 @@ def test_train_eval_with_a_camera(tmp_path):
         cameras=[{"name": "agentview", "width": 32, "height": 24}],
     )
     resolved = resolve_spec(load_spec(spec_path))
-    resolved = Resolved(
-        resolved.spec, resolved.scene, resolved.demos[:1]
-    )  # demo_1 only: 226 frames to render
+    # demo_1 only: 226 frames to render
+    resolved = Resolved(resolved.spec, resolved.scene, resolved.demos[:1])
     out = tmp_path / "seeds"
     write_seed_dataset(resolved, out)
     config = TrainEvalConfig(

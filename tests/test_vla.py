@@ -16,7 +16,9 @@ from factory.policy import ObsLayout
 from factory.resolve import Resolved, resolve_spec
 from factory.seeds import write_seed_dataset
 from factory.spec import load_spec
-from factory.train_eval import TrainEvalConfig, TrainingData, eval_seed, train_eval
+from factory.train_core import TrainingData, eval_seed
+from factory.train_eval import train_eval
+from factory.train_eval_config import TrainEvalConfig
 from factory.vla import (
     InstructedPolicy,
     VlaArch,
