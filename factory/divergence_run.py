@@ -34,7 +34,6 @@ from factory.divergence_report import summarize_divergence
 from factory.errors import SpecError, UserError
 from factory.output_dir import GENERATION_FILENAME, load_generation, require_dataset_info
 from factory.physics import recorded_physics
-from factory.run import lock_output_dir
 from factory.sim import Scene
 from factory.spec import SceneSpec
 from factory.spec_sections import PhysicsSpec
@@ -139,7 +138,7 @@ def score_dataset(
 ) -> dict:
     """Score every episode of `dataset` (see the module doc) and write the scores; returns the
     summary. Raises UserError/DatasetError before writing anything."""
-    from factory.run import lock_output_dir
+    from factory.output_dir import lock_output_dir
 
     _load_checked(dataset, spec, ranges)  # a first look, to refuse before the scene is built
     start = time.perf_counter()

@@ -16,8 +16,11 @@ shards redone (they are deterministic: the same bytes come back).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -285,3 +288,33 @@ def clear_dataset(out_dir: Path) -> None:
             path.unlink()
     for name in (GENERATION_FILENAME, EPISODES_FILENAME, STATS_FILENAME):
         (out_dir / name).unlink(missing_ok=True)
+
+
+def lock_output_dir(out_dir: Path):
+    """Lock DIR/.lock: one driver per dataset directory. Returns the open file; closing it unlocks.
+
+    The kernel drops the lock when the process ends, however it ends (a SIGKILLed driver
+    does not block its re-run).
+    """
+    path = out_dir / LOCK_FILENAME
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(
+            f"{out_dir}: another `factory run` is writing this dataset ({holder}); "
+            "wait for it or choose another --out"
+        ) from None
+    except OSError as err:  # a file system without locks (some NFS set-ups): run, but say so
+        print(
+            f"warning: {path}: cannot lock ({err.strerror}); make sure no other run writes here",
+            file=sys.stderr,
+        )
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle

@@ -15,10 +15,8 @@ shards already listed stay listed, and re-running the same command resumes.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import platform
-import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,11 +28,11 @@ from typing import TYPE_CHECKING
 from factory.adapters import texture_bank_params
 from factory.errors import USER_FACING_ERRORS, DatasetWriteError, SpecError, UserError
 from factory.output_dir import (
-    LOCK_FILENAME,
     SEEDS_SOURCE,
     check_output_dir,
     clear_dataset,
     load_generation,
+    lock_output_dir,
     refuse_shrinking,
     repair_records,
     require_dataset_info,
@@ -180,36 +178,6 @@ def _remove_stale_temporaries(out_dir: Path) -> None:
     # A killed worker leaves its temporary shard behind; it never had a final name.
     for tmp in shards_dir(out_dir).glob(".shard-*.tmp-*"):
         tmp.unlink(missing_ok=True)
-
-
-def lock_output_dir(out_dir: Path):
-    """Lock DIR/.lock: one driver per dataset directory. Returns the open file; closing it unlocks.
-
-    The kernel drops the lock when the process ends, however it ends (a SIGKILLed driver
-    does not block its re-run).
-    """
-    path = out_dir / LOCK_FILENAME
-    handle = open(path, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise UserError(
-            f"{out_dir}: another `factory run` is writing this dataset ({holder}); "
-            "wait for it or choose another --out"
-        ) from None
-    except OSError as err:  # a file system without locks (some NFS set-ups): run, but say so
-        print(
-            f"warning: {path}: cannot lock ({err.strerror}); make sure no other run writes here",
-            file=sys.stderr,
-        )
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-    handle.flush()
-    return handle
 
 
 def gpus_per_worker(spec: SceneSpec) -> float:

@@ -64,7 +64,7 @@ class StoredDataset:
     def __enter__(self) -> StoredDataset:
         """Lock the local copy (one driver a dataset on this machine), then pull into it: the
         copy is this driver's alone from here on (readers never use it: shards.snapshot)."""
-        from factory.run import lock_output_dir
+        from factory.output_dir import lock_output_dir
 
         try:
             self.local.mkdir(parents=True, exist_ok=True)

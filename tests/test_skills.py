@@ -238,7 +238,6 @@ def test_planned_transits_count_only_skill_windows_against_the_horizon():
     from factory.resolve import resolve_spec
     from factory.spec import load_spec
     from generators.mimicgen import _demo_span
-
     from tests.conftest import SPECS
 
     spec = load_spec(SPECS / "lift_img_human.yaml", {"cameras": []})
