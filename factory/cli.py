@@ -432,6 +432,8 @@ def _reading(location: Path | str, *, shards: bool = True, fresh: bool = False, 
     snapshot (`_main`)."""
     from shards.snapshot import reading
 
+    if isinstance(location, Path) and not location.exists():
+        raise UserError(f"{location}: no such dataset directory")
     return reading(location, shards=shards, fresh=fresh, partial=partial)
 
 

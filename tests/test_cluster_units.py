@@ -234,7 +234,7 @@ def test_commits_are_journal_lines_and_fsyncs_are_spaced_once_they_get_expensive
 
 
 def test_one_driver_per_dataset_directory(tmp_path, tiny_lift_spec):
-    from factory.run import LOCK_FILENAME, check_output_dir, lock_output_dir
+    from factory.output_dir import LOCK_FILENAME, check_output_dir, lock_output_dir
     from factory.spec import load_spec
 
     held = lock_output_dir(tmp_path)
