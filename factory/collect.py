@@ -110,11 +110,12 @@ def collect(
     viewer: bool = True,
     log: Callable[[str], None] = lambda line: None,
     max_tries: int | None = None,
+    force: bool = False,
 ) -> list[int]:
     """Record `demos` successful demos into `out` (robosuite's raw hdf5); their lengths."""
     from factory.script import check_output
 
-    check_output(out, force=False)
+    check_output(out, force, command="collect", spec_path=spec.path)
     env = make_collect_env(spec, viewer)
     scene = Scene(spec, env=env)
     device = device_factory(env)

@@ -153,7 +153,7 @@ def score_dataset(
     start = time.perf_counter()
     scene = Scene(spec)
     first = first_seed_demo(spec, scene)
-    with lock_output_dir(dataset):
+    with lock_output_dir(dataset, command="divergence"):
         scores = _score_all(source, scene, first, physics, draws, show_progress)
         scores_s = time.perf_counter() - start
         for score in scores.values():

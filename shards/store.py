@@ -53,6 +53,30 @@ def is_remote(location: str | os.PathLike) -> bool:
     return len(urlparse(os.fspath(location)).scheme) > 1
 
 
+def normalize_url(url: str) -> str:
+    """The one spelling of a store URL, used everywhere after the command line: the scheme in
+    lower case, empty and "." segments dropped, no trailing "/" (`s3://bkt//dbl/` is
+    `s3://bkt/dbl`: the same objects, the same local copy). A StoreError (one line) for a URL
+    that names no bucket, or holds "..", or a query or fragment (which no store key means).
+
+    Normalized once, here, because the store, its local copy and every message name the
+    dataset by this text: two spellings of one dataset would be two datasets."""
+    text = os.fspath(url)
+    parsed = urlparse(text)
+    scheme = parsed.scheme.lower()
+    segments = [s for s in parsed.path.split("/") if s not in ("", ".")]
+    if ".." in segments:
+        raise StoreError(f"{text}: '..' in a dataset URL; expected a plain prefix")
+    if parsed.query or parsed.fragment or text.rstrip("/").endswith(("?", "#")):
+        raise StoreError(f"{text}: a '?' or '#' in a dataset URL; expected a plain prefix")
+    if scheme in ("file", "local", "memory"):  # a path, not a bucket
+        head = [s for s in parsed.netloc.split("/") if s]
+        return f"{scheme}://" + ("" if scheme == "memory" else "/") + "/".join(head + segments)
+    if not parsed.netloc:
+        raise StoreError(f"{text}: no bucket in the URL; expected {scheme}://BUCKET/PREFIX")
+    return "/".join([f"{scheme}://{parsed.netloc}", *segments])
+
+
 # What webdataset's gopen opens itself (a path, file:, pipe:, http(s):); any other scheme
 # (s3:, gs:, az:, memory:) is opened through fsspec.
 _GOPEN_SCHEMES = frozenset({"file", "pipe", "http", "https"})
@@ -144,8 +168,7 @@ class Store:
     """
 
     def __init__(self, url: str, *, retry_s: float | None = None, check: bool = True):
-
-        self.url = url.rstrip("/")
+        self.url = normalize_url(url)
         self.retry_s = _retry_seconds() if retry_s is None else float(retry_s)
         try:
             self.fs, self.root = _filesystem(self.url)
