@@ -57,6 +57,8 @@ def load_ranges(path: Path) -> PhysicsSpec:
         raise UserError(f"{path}: --ranges: cannot read ({err.strerror})") from None
     except yaml.YAMLError as err:
         raise UserError(f"{path}: --ranges: not YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:
+        raise UserError(f"{path}: --ranges: YAML nested too deep to read") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("physics"), dict):
         raise SpecError(
             path, "physics", "expected a physics: section, e.g. physics: {mass: {cube: [0.8, 2]}}"

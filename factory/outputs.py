@@ -207,7 +207,7 @@ def spec_files(spec: Path | str | None) -> list[Path]:
         found.append(path)
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
             break
         ref = raw.get("extends") if isinstance(raw, dict) else None
         if not isinstance(ref, str) or not ref.strip():

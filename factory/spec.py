@@ -30,6 +30,7 @@ the sections themselves are already split out.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -351,6 +352,9 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
     """
     path = Path(path)
     raw = load_raw_spec(path)
+    if overrides:  # the file's own values first: a flag must not hide a bad one (attempts: -5)
+        own = copy.deepcopy(raw)
+        validate_raw_spec(own, path)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
     return validate_raw_spec(raw, path)
@@ -490,6 +494,10 @@ def _read_mapping(path: Path) -> dict:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise SpecError(path, "", f"malformed YAML: {where}{problem}") from None
+    except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] thousands deep
+        raise SpecError(
+            path, "", "malformed YAML: nested too deep to read; expected a spec a few levels deep"
+        ) from None
     if not isinstance(raw, dict):
         raise SpecError(
             path, "", f"expected a mapping of fields at the top level, got {type(raw).__name__}"
