@@ -430,15 +430,21 @@ def _local_dataset(location: Path | str, *, shards: bool = True, fresh: bool = F
     from tqdm import tqdm
 
     from shards.remote import local_copy_dir, pull_dataset, pull_metadata
-    from shards.store import Store
+    from shards.store import Store, retry_seconds
 
-    store = Store(location)
+    store = Store(location, retry_s=retry_seconds(reading=True))  # a reader: seconds, not minutes
+    _LOCAL_COPIES[str(local_copy_dir(store.url))] = store.url
     if not shards:
         return pull_metadata(store, folders=("",))  # what `inspect` reads; O(1) in shards
     with tqdm(desc=f"pulling {location}", unit="shard", file=sys.stderr, leave=False) as bar:
         local = pull_dataset(store, on_shard=lambda name, fetched: bar.update(), fresh=fresh)
     print(f"{location}: local copy in {local_copy_dir(location)}", file=sys.stderr)
     return local
+
+
+# A stored dataset's local copy -> its URL: messages name the dataset the user gave, not the
+# cache folder a reader happened to look into (see `user_message`).
+_LOCAL_COPIES: dict[str, str] = {}
 
 
 def _control(note: str) -> str:
@@ -781,10 +787,8 @@ def cmd_verify(args) -> int:
         ]
     if problems:
         for line in problems:  # some already name the file in full
-            print(
-                line if line.startswith(f"{args.dataset}/") else f"{args.dataset}/{line}",
-                file=sys.stderr,
-            )
+            full = line if line.startswith(f"{args.dataset}/") else f"{args.dataset}/{line}"
+            print(_as_given(full), file=sys.stderr)
         print(f"error: {shown}: {len(problems)} problem(s) found", file=sys.stderr)
         return 2
     print(f"ok: {shown}: every shard, episode and statistic matches")
@@ -1033,6 +1037,15 @@ def _main(args) -> int:
     except USER_FACING_ERRORS as err:
         print(f"error: {user_message(err)}", file=sys.stderr)
         return 2
+    except SystemExit as err:
+        import signal
+
+        if err.code != signal.SIGTERM:
+            raise
+        # ray.init's own SIGTERM handler (`sys.exit(signum)`), in force while it starts Ray:
+        # the same SIGTERM, so the same line and exit code as in every other phase.
+        print(f"interrupted: {INTERRUPTED.get(args.command, READ_ONLY)}", file=sys.stderr)
+        return 143
     except KeyboardInterrupt as err:
         print(f"interrupted: {INTERRUPTED.get(args.command, READ_ONLY)}", file=sys.stderr)
         return 143 if isinstance(err, Terminated) or _signals else 130
@@ -1068,7 +1081,15 @@ def user_message(err: BaseException) -> str:
     if isinstance(cause, USER_FACING_ERRORS):
         err = cause
     lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    return " ".join(lines) if lines else type(err).__name__
+    text = " ".join(lines) if lines else type(err).__name__
+    return _as_given(text)
+
+
+def _as_given(text: str) -> str:
+    """`text` with each stored dataset's local copy named by its URL."""
+    for local, url in _LOCAL_COPIES.items():
+        text = text.replace(local, url)
+    return text
 
 
 if __name__ == "__main__":

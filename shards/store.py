@@ -33,6 +33,16 @@ from shards.format import DatasetError
 
 STORE_RETRY_ENV = "DEMOFACTORY_STORE_RETRY_S"  # seconds an unreachable store is retried
 DEFAULT_RETRY_S = 300.0  # long enough to ride out a restart of the endpoint or a network blip
+# A command that only reads (verify, inspect, export, preview, train-eval) has nothing to keep
+# going: it stops within seconds, one line, rather than sit silent for minutes.
+READ_RETRY_S = 10.0
+# botocore's own limits, per request (its defaults: 60 s to connect, 60 s per read, up to 5
+# tries each): a silent endpoint would hold one call for minutes before `_call` saw an error.
+S3_CLIENT_CONFIG = {
+    "connect_timeout": 5,
+    "read_timeout": 30,
+    "retries": {"max_attempts": 2, "mode": "standard"},
+}
 _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 15.0
 
 T = TypeVar("T")
@@ -115,7 +125,9 @@ def _filesystem(url: str):
     import fsspec
 
     protocol = fsspec.core.split_protocol(url)[0]
-    options = {"use_listings_cache": False} if protocol in _LISTING_CACHES else {}
+    options: dict = {"use_listings_cache": False} if protocol in _LISTING_CACHES else {}
+    if protocol in ("s3", "s3a"):
+        options["config_kwargs"] = S3_CLIENT_CONFIG
     return fsspec.core.url_to_fs(url, **options)
 
 
@@ -123,10 +135,12 @@ def _filesystem(url: str):
 _LISTING_CACHES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"})
 
 
-def _retry_seconds() -> float:
+def retry_seconds(reading: bool = False) -> float:
+    """How long an unreachable store is retried: STORE_RETRY_ENV, else DEFAULT_RETRY_S for a
+    writer and READ_RETRY_S for a command that only reads (`reading`)."""
     text = os.environ.get(STORE_RETRY_ENV)
     if text is None:
-        return DEFAULT_RETRY_S
+        return READ_RETRY_S if reading else DEFAULT_RETRY_S
     try:
         value = float(text)
     except ValueError:
@@ -169,7 +183,7 @@ class Store:
 
     def __init__(self, url: str, *, retry_s: float | None = None, check: bool = True):
         self.url = normalize_url(url)
-        self.retry_s = _retry_seconds() if retry_s is None else float(retry_s)
+        self.retry_s = retry_seconds() if retry_s is None else float(retry_s)
         try:
             self.fs, self.root = _filesystem(self.url)
         except (ImportError, ValueError) as err:  # unknown protocol, or its library missing
