@@ -265,8 +265,17 @@ def write_scores(
         for r in records
     ]
     path = dataset / GENERATION_FILENAME
-    write_text_atomic(path, dumps_json(generation, indent=2))
-    save_episodes(dataset, updated)
+    for written, write in (
+        (path, lambda: write_text_atomic(path, dumps_json(generation, indent=2))),
+        (dataset / "episodes.jsonl", lambda: save_episodes(dataset, updated)),
+    ):
+        try:
+            write()
+        except OSError as err:  # a full disk: the atomic writes left the old file in place
+            raise UserError(
+                f"{written}: cannot write the scores ({err.strerror or err}); the file is as "
+                "it was: free some space and run the same command again"
+            ) from None
     return updated
 
 
