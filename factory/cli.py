@@ -867,7 +867,10 @@ def cmd_seeds(args) -> int:
 
 
 def cmd_script(args) -> int:
+    from factory.script import check_output
     from factory.spec import load_spec
+
+    check_output(args.out, args.force, spec_path=args.spec)  # the output rule first: cheap
 
     overrides = {"seed": args.seed} if args.seed is not None else {}
     spec = load_spec(args.spec, overrides)
@@ -880,9 +883,8 @@ def cmd_script(args) -> int:
         )
     if args.demos is not None:
         spec = load_spec(args.spec, {**overrides, "script.demos": args.demos})
-    from factory.script import check_output, make_scene, model_xml, record_demos, save_demos
+    from factory.script import make_scene, model_xml, record_demos, save_demos
 
-    check_output(args.out, args.force, spec_path=args.spec)  # before the env is built
     scene = make_scene(spec)
     log = (
         (lambda line: None)

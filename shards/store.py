@@ -40,9 +40,10 @@ READ_RETRY_S = 10.0
 # tries each): a silent endpoint would hold one call for minutes before `_call` saw an error.
 S3_CLIENT_CONFIG = {
     "connect_timeout": 5,
-    "read_timeout": 30,
-    "retries": {"max_attempts": 2, "mode": "standard"},
+    "read_timeout": 15,
+    "retries": {"max_attempts": 1, "mode": "standard"},  # 1: no retry of botocore's own
 }
+S3FS_RETRIES = 2  # s3fs's own retries of a timed-out call (its default: 5); `_call` does the rest
 _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 15.0
 
 T = TypeVar("T")
@@ -128,7 +129,10 @@ def _filesystem(url: str):
     options: dict = {"use_listings_cache": False} if protocol in _LISTING_CACHES else {}
     if protocol in ("s3", "s3a"):
         options["config_kwargs"] = S3_CLIENT_CONFIG
-    return fsspec.core.url_to_fs(url, **options)
+    fs, path = fsspec.core.url_to_fs(url, **options)
+    if protocol in ("s3", "s3a"):
+        fs.retries = S3FS_RETRIES
+    return fs, path
 
 
 # Protocols whose file systems cache listings (and take `use_listings_cache`).
