@@ -144,11 +144,30 @@ def _write_videos(dataset: _Dataset, out_dir: Path, episode: int | None) -> list
             written = next((p for p, t in zip(paths, temps, strict=True) if t.exists()), paths[0])
             raise UserError(f"{written}: cannot write the video ({_why(err, written)})") from None
         for tmp, path in zip(temps, paths, strict=True):
+            _check_video(tmp, path, record.length)
             os.replace(tmp, path)
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)
     return paths
+
+
+def _check_video(tmp: Path, path: Path, frames: int) -> None:
+    """A UserError naming `path` unless `tmp` is a whole mp4 of `frames` frames: ffmpeg stopped
+    by a file size limit (or some full disks) truncates its output and still exits 0."""
+    import av
+
+    try:
+        with av.open(str(tmp)) as container:
+            found = container.streams.video[0].frames  # the mp4's own count (its moov atom)
+    except (av.error.FFmpegError, IndexError, OSError):
+        found = 0
+    if found == frames:
+        return
+    reason = _why(OSError(), path)  # "no space left on the device" when that is what it was
+    if reason.startswith("the encoder stopped"):
+        reason = f"it holds {found} of {frames} frames: cut short (a full disk, a size limit?)"
+    raise UserError(f"{path}: cannot write the video ({reason})")
 
 
 def preview(dataset_dir: Path, out_dir: Path | None = None, episodes: int = 6) -> dict[str, Any]:
