@@ -8,7 +8,7 @@
     factory annotate scene_specs/lift.yaml --replay 2   # each demo regenerates itself?
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
-    factory divergence out/stack --spec scene_specs/stack.yaml [--draws 4] [--ranges r.yaml]
+    factory divergence out/stack [--spec SPEC] [--draws 4] [--ranges r.yaml]   # default: its spec
     factory preview out/stack          # contact sheet PNG + one mp4 per camera
     factory preview out/stack --failures   # the failed attempts kept, captioned: where they failed
     factory verify out/stack           # checksums, sample counts, episodes, stats

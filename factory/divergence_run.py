@@ -1,4 +1,5 @@
-"""`factory divergence DATASET --spec SPEC`: every episode scored under N other physics draws.
+"""`factory divergence DATASET [--spec SPEC]`: every episode scored under N other physics draws
+(without --spec: the spec the dataset records).
 
     factory divergence out/stack --spec scene_specs/stack_lowdim.yaml --draws 4 \\
         [--ranges ranges.yaml]        # a `physics:` fragment instead of the spec's ranges
@@ -85,12 +86,14 @@ def divergence_ranges(
         found = adr_physics(dataset)
         if found is not None:
             return found, f"{GENERATION_FILENAME} adr"
+    # A spec read back from the dataset (no --spec) has no file: name where it was stored.
+    where = spec.path if spec.path != Path("<memory>") else dataset / "dataset_info.json spec"
     if spec.physics is None:
         raise UserError(
-            f"{spec.path}: physics: the spec has no physics ranges to draw from; add a physics: "
+            f"{where}: physics: the spec has no physics ranges to draw from; add a physics: "
             "section or pass --ranges FILE (a YAML physics: fragment)"
         )
-    return spec.physics, f"{spec.path} physics"
+    return spec.physics, f"{where} physics"
 
 
 def check_dataset_spec(dataset: Path, spec: SceneSpec) -> dict:
