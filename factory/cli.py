@@ -699,6 +699,10 @@ def cmd_run(args) -> int:
     if args.out is None:  # the spec's output.dir: the same rule as --out
         default = [Output("output.dir", out_dir, "dir", store=True, own=True)]
         check_outputs("run", default, inputs=spec_files(args.spec), force=None)
+    if isinstance(out_dir, str):  # messages about its local copy name the URL
+        from shards.remote import local_copy_dir
+
+        _LOCAL_COPIES[str(local_copy_dir(out_dir))] = out_dir
     written = run_dataset(  # a store's URL: its local copy, which the store now matches
         spec,
         out_dir,

@@ -27,7 +27,7 @@ from typing import Literal
 
 from factory.errors import UserError
 from shards.format import DATASET_INFO_FILENAME
-from shards.store import is_remote
+from shards.store import is_remote, normalize_url
 
 # Inside a dataset folder, the one place a command may write: `factory preview`'s pictures
 # (DATASET/preview). Nothing reads it as part of the dataset (verify, exports, the loader).
@@ -72,6 +72,7 @@ def check_outputs(
                     "expected a local path (an object store URL is accepted by `factory run "
                     "--out` and as the dataset a command reads)"
                 )
+            normalize_url(out.path)  # a StoreError (one line) for a URL no store can mean
             continue
         path = Path(out.path)
         real = _real(path)

@@ -289,7 +289,15 @@ class SceneSpec(_Strict):
         base = self._path.parent if self._path is not None else Path.cwd()
         return (base / relative).resolve()
 
-    def output_dir(self) -> Path:
+    def output_dir(self) -> Path | str:
+        """output.dir (a store's URL normalized, as --out is), else out/<name>."""
+        from shards.store import StoreError, is_remote, normalize_url
+
+        if self.output.dir and is_remote(self.output.dir):
+            try:
+                return normalize_url(self.output.dir)
+            except StoreError as err:
+                raise SpecError(self.path, "output.dir", str(err)) from None
         return Path(self.output.dir) if self.output.dir else Path("out") / self.name
 
     def fingerprint(self) -> str:
