@@ -756,6 +756,12 @@ def cmd_export(args) -> int:
     check_outputs(
         "export", [Output("OUT", args.out, kind)], inputs=[args.dataset], force=args.force
     )
+    if args.force and kind == "dir" and args.out.is_dir() and any(args.out.iterdir()):
+        if not (args.out / "meta" / "info.json").is_file():  # --force replaces the whole folder
+            raise UserError(
+                f"{args.out}: OUT: not an earlier LeRobot/GR00T export (no meta/info.json); "
+                "--force replaces only one of those: expected a new, empty or exported folder"
+            )
     source = _local_dataset(args.dataset)
     with replacing(args.out, args.force) as target:  # --force: swapped in once whole
         summary = export(source, target, **options)

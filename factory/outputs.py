@@ -78,9 +78,12 @@ def check_outputs(
         real = _real(path)
         _check_not_in_dataset(path, real, out.flag, out.own)
         for other in inputs:
-            if other is not None and not is_remote(other) and _real(Path(other)) == real:
+            if other is None or is_remote(other):
+                continue
+            if _real(Path(other)) == real or (out.kind == "dir" and _inside(_real(other), real)):
+                what = "is" if _real(Path(other)) == real else "holds"
                 raise UserError(
-                    f"{path}: {out.flag}: is an input of this command ({other}); expected "
+                    f"{path}: {out.flag}: {what} an input of this command ({other}); expected "
                     "another path (the input would be lost)"
                 )
         clash = seen.get(real) or next(

@@ -158,7 +158,8 @@ def test_export_force_replaces_the_old_export_once_whole(tmp_path, capsys, kind)
     if kind == "robomimic":
         out.write_bytes(b"old export")
     else:
-        out.mkdir()
+        (out / "meta").mkdir(parents=True)
+        (out / "meta" / "info.json").write_text("{}")  # an earlier export
         (out / "old.txt").write_text("old export")
     capsys.readouterr()
     assert main(["export", str(data), "--to", kind, str(out), "--force"]) == 0
@@ -275,3 +276,40 @@ def test_a_malformed_dataset_url_is_one_line(tmp_path, monkeypatch, capsys, url)
     monkeypatch.chdir(tmp_path)
     refused(capsys, "inspect", url, fragments=[url])
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("url", ["s3://bkt/../x", "s3:///nobucket"])
+def test_a_malformed_run_out_url_is_one_line(tmp_path, monkeypatch, capsys, url):
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, "run", LIFT, "--out", url, "--no-progress", fragments=[url])
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_url_in_output_dir_is_normalized_like_out(tmp_path):
+    from factory.spec import load_spec
+    from tests.conftest import write_spec
+
+    spec = write_spec(tmp_path / "s.yaml", output={"dir": "S3://bkt//a/./b/"})
+    assert load_spec(spec).output_dir() == "s3://bkt/a/b"
+
+
+def test_export_force_never_replaces_a_folder_holding_the_dataset(tmp_path, capsys):
+    data = tmp_path / "work" / "ds"
+    make_exportable(data)
+    before = _digest(data)
+    refused(
+        capsys, "export", data, "--to", "lerobot", tmp_path / "work", "--force",
+        fragments=[tmp_path / "work", "holds an input"],
+    )  # fmt: skip
+    assert _digest(data) == before
+
+
+def test_export_force_replaces_only_an_earlier_export(dataset, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    refused(
+        capsys, "export", dataset, "--to", "gr00t", mine, "--force",
+        fragments=[mine, "not an earlier LeRobot/GR00T export"],
+    )  # fmt: skip
+    assert (mine / "thesis.tex").read_text() == "years of work"
