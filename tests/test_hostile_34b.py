@@ -328,3 +328,54 @@ def test_preview_on_a_full_disk_is_one_line_naming_the_file(tmp_path, frames, li
     assert "Broken pipe" not in line and "FFMPEG" not in result.stderr
     kept = sorted(p.name for p in out.iterdir())
     assert all(not n.endswith(".mp4") and not n.startswith(".") for n in kept), kept  # no half
+
+
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process below `pid` (from /proc)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+        commands[int(entry)] = cmd
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent:
+                found.append((child, commands[child]))
+                frontier.append(child)
+    return found
+
+
+@pytest.mark.ray  # the subprocess starts a local Ray cluster
+def test_sigterm_while_ray_starts_exits_143(tiny_lift_spec, tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "factory.cli", "run", str(tiny_lift_spec), "--out",
+         str(tmp_path / "out"), "--workers", "1", "--no-progress"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if any("gcs_server" in cmd for _, cmd in _descendants(process.pid)):
+                break  # ray.init under way: its GCS is up, the node not yet
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert err.splitlines()[-1].startswith("interrupted: finished shards are kept"), err
+    assert "Traceback" not in err
