@@ -45,15 +45,53 @@ def probe_address(address: str, flag: str) -> None:
     if address == "auto" or "://" in address or not sep or not port.isdigit():
         return  # "auto", ray:// clients: Ray's own lookup, which fails fast
     try:
-        socket.create_connection(
+        conn = socket.create_connection(
             (host.strip("[]") or "127.0.0.1", int(port)), timeout=PROBE_TIMEOUT_S
-        ).close()
+        )
     except OSError as err:
         why = err.strerror or type(err).__name__
         raise ClusterAddressError(
             f"{flag} {address}: no Ray cluster answers there ({why}); {START_HINT}"
         ) from None
+    with conn:
+        answer = None if os.environ.get("RAY_USE_TLS") in ("1", "true") else _http2_answer(conn)
+    if answer is not None and not answer.startswith("HTTP/2 SETTINGS"):
+        raise ClusterAddressError(
+            f"{flag} {address}: something listens there but it is not a Ray cluster ({answer}); "
+            f"{START_HINT}"
+        )
     probe_token(address, flag)
+
+
+# The HTTP/2 client preface and an empty SETTINGS frame (RFC 9113 3.4, 6.5). A Ray head's GCS
+# is a gRPC server: it answers a preface with its own SETTINGS frame at once. Anything else
+# (an HTTP/1 server, a listener that never answers) is told apart in PROBE_TIMEOUT_S, where
+# Ray's own client would retry forever.
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _http2_answer(conn: socket.socket) -> str:
+    """What the server at `conn` said to an HTTP/2 preface, in a few words: "HTTP/2 SETTINGS"
+    from a gRPC server, else e.g. "it answered 'HTTP/1.0 400 Bad request'" or "no answer"."""
+    conn.settimeout(PROBE_TIMEOUT_S)
+    try:
+        conn.sendall(_PREFACE)
+        head = b""
+        while len(head) < 9:
+            chunk = conn.recv(64)
+            if not chunk:
+                break
+            head += chunk
+    except TimeoutError:
+        return f"no answer to a handshake in {PROBE_TIMEOUT_S:g} s"
+    except OSError as err:
+        return f"the handshake failed: {err.strerror or type(err).__name__}"
+    if len(head) >= 9 and head[3] == 4:  # frame type 4: SETTINGS
+        return "HTTP/2 SETTINGS"
+    if not head:
+        return "it closed the connection at once"
+    text = head.decode("latin-1").splitlines()[0] if head[:4].isascii() else head.hex()
+    return f"it answered {text!r}"
 
 
 def probe_token(address: str, flag: str) -> None:

@@ -154,15 +154,7 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
             )
             return None
         before = children(os.getpid())
-        # No runtime_env here: the local workers inherit this process's environment, and a job
-        # with one starts each worker through the runtime-env agent (≈ 2 s more per actor).
-        ray.init(
-            num_cpus=config.workers,
-            include_dashboard=False,
-            # robosuite chatter in workers; errors still come back as exceptions
-            log_to_driver=False,
-            logging_level=logging.WARNING,  # no "Started a local Ray instance" lines above the bar
-        )
+        _start_local(config.workers)
     except ConnectionError as err:
         raise ClusterAddressError(
             f"{flag} {address}: cannot connect to a Ray cluster ({first_line(err)}); {START_HINT}"
@@ -178,6 +170,41 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
     # gcs, raylet, ...
     started = {pid: t for pid, t in children(os.getpid()).items() if before.get(pid) != t}
     return watch_local_cluster(started)
+
+
+# A local start-up that times out is tried again, this many times in all, after these pauses:
+# on a loaded machine (load 5-7 on 2 cores) Ray's node start-up misses its own deadline about
+# one time in ten, and the same command succeeds when run again.
+START_TRIES, START_BACKOFF_S = 3, (2.0, 5.0)
+_STARTUP_TIMEOUT = re.compile(r"timed out during startup|Timed out while waiting for", re.I)
+
+
+def _start_local(workers: int | None) -> None:
+    """ray.init of a local cluster, retried (START_TRIES) when Ray's start-up times out; then
+    one ClusterError line. Every other error is raised as Ray raised it."""
+    for attempt in range(START_TRIES):
+        try:
+            # No runtime_env: the local workers inherit this process's environment, and a job
+            # with one starts each worker through the runtime-env agent (≈ 2 s more per actor).
+            ray.init(
+                num_cpus=workers,
+                include_dashboard=False,
+                # robosuite chatter in workers; errors still come back as exceptions
+                log_to_driver=False,
+                logging_level=logging.WARNING,  # no "Started a local Ray instance" lines
+            )
+            return
+        except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception for this one
+            if not _STARTUP_TIMEOUT.search(str(err)) or isinstance(err, ConnectionError):
+                raise
+            ray.shutdown()  # the half-started node's processes, before the next try
+            if attempt + 1 == START_TRIES:
+                raise ClusterError(
+                    f"a local Ray cluster did not start in {START_TRIES} tries "
+                    f"({first_line(err)}); the machine is probably overloaded: run the same "
+                    "command again when it is less busy, or pass --address of a running cluster"
+                ) from None
+            time.sleep(START_BACKOFF_S[min(attempt, len(START_BACKOFF_S) - 1)])
 
 
 class _ShardActor:

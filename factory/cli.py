@@ -8,7 +8,7 @@
     factory annotate scene_specs/lift.yaml --replay 2   # each demo regenerates itself?
     factory run scene_specs/stack.yaml --attempts 20 --out out/stack --workers 2
     factory inspect out/stack [--json]
-    factory divergence out/stack --spec scene_specs/stack.yaml [--draws 4] [--ranges r.yaml]
+    factory divergence out/stack [--spec SPEC] [--draws 4] [--ranges r.yaml]   # default: its spec
     factory preview out/stack          # contact sheet PNG + one mp4 per camera
     factory preview out/stack --failures   # the failed attempts kept, captioned: where they failed
     factory verify out/stack           # checksums, sample counts, episodes, stats
@@ -76,8 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("spec", type=Path)
     p.add_argument(
-        "--still", type=Path, metavar="DIR", help="also render one PNG per camera into DIR"
+        "--still",
+        type=_location,
+        metavar="DIR",
+        help="also render one PNG per camera into DIR (a new or empty folder)",
     )
+    p.add_argument("--force", action="store_true", help="--still: write into a non-empty DIR")
 
     p = sub.add_parser(
         "spec-help",
@@ -116,10 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument(
         "--plot",
-        type=Path,
+        type=_location,
         metavar="DIR",
-        help="also write a PNG timeline of the predicates per demo into DIR",
+        help="also write a PNG timeline of the predicates per demo into DIR (new or empty)",
     )
+    p.add_argument("--force", action="store_true", help="--plot: write into a non-empty DIR")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
         "--suggest",
@@ -141,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", type=Path)
     p.add_argument(
         "--out",
-        type=_dataset_location,
+        type=_location,
         help="dataset directory, or an object store's URL (s3://bucket/prefix, any fsspec URL); "
         "default: the spec's output.dir, or out/<name>",
     )
@@ -181,8 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("preview", help="a contact-sheet PNG and one mp4 per camera of a dataset")
-    p.add_argument("dataset", type=_dataset_location)
-    p.add_argument("--out", type=Path, help="folder for the pictures (default: DATASET/preview)")
+    p.add_argument("dataset", type=_location)
+    p.add_argument(
+        "--out",
+        type=_location,
+        help="folder for the pictures: new or empty (default: DATASET/preview, refilled)",
+    )
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out")
     p.add_argument("--episodes", type=_positive_int, default=6, help="rows of the contact sheet")
     p.add_argument(
         "--failures",
@@ -193,10 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "export", help="write the dataset as LeRobot (v3.0), GR00T (LeRobot v2.1) or robomimic"
     )
-    p.add_argument("dataset", type=_dataset_location)
+    p.add_argument("dataset", type=_location)
     p.add_argument("--to", choices=("lerobot", "gr00t", "robomimic"), required=True)
     p.add_argument(
-        "out", type=Path, help="a new folder (lerobot, gr00t) or a new .hdf5 file (robomimic)"
+        "out",
+        type=_location,
+        help="a new folder (lerobot, gr00t) or a new .hdf5 file (robomimic)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="replace an existing OUT (once the export is whole)"
     )
     p.add_argument(
         "--embodiment",
@@ -206,24 +221,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("verify", help="check shards against the manifest, episodes and stats")
-    p.add_argument("dataset", type=_dataset_location)
+    p.add_argument("dataset", type=_location)
 
     p = sub.add_parser("inspect", help="summarize a dataset")
-    p.add_argument("dataset", type=_dataset_location)
+    p.add_argument("dataset", type=_location)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument(
         "--plot",
-        type=Path,
+        type=_location,
         metavar="PNG",
         help="draw the ADR schedule (generation.adr: range fraction and probe success per round)",
     )
+    p.add_argument("--force", action="store_true", help="overwrite --plot if it exists")
 
     p = sub.add_parser(
         "divergence",
         help="score each episode's actions replayed open loop under N other physics draws",
     )
-    p.add_argument("dataset", type=Path)
-    p.add_argument("--spec", type=Path, required=True, help="the spec the dataset was made from")
+    p.add_argument("dataset", type=_location)
+    p.add_argument(
+        "--spec",
+        type=Path,
+        help="the spec to take the env and physics from (default: the one the dataset records)",
+    )
     p.add_argument("--draws", type=_positive_int, default=4, help="physics draws (default 4)")
     p.add_argument(
         "--ranges",
@@ -239,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", type=Path)
     p.add_argument(
         "--out",
-        type=Path,
+        type=_location,
         required=True,
         help="dataset directory (new or empty, or a previous seeds output)",
     )
@@ -250,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", type=Path)
     p.add_argument(
         "--out",
-        type=Path,
+        type=_location,
         required=True,
         help="a new .hdf5 file (robosuite's raw collection format)",
     )
@@ -264,9 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
         "collect", help="record seed demos by teleoperation in robosuite's viewer (robosuite hdf5)"
     )
     p.add_argument("spec", type=Path)
-    p.add_argument("--out", type=Path, required=True, help="a new .hdf5 file")
+    p.add_argument("--out", type=_location, required=True, help="a new .hdf5 file")
     p.add_argument("--demos", type=_positive_int, default=1, help="successful demos to record")
     p.add_argument("--device", choices=("keyboard", "spacemouse"), default="keyboard")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
 
     p = sub.add_parser(
         "calibrate",
@@ -289,8 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
         "joint_armature.arm kp damping_ratio delay=0,3 (scales of the nominal values; "
         "delay in control steps; default bounds 0.5,2 and 0,3)",
     )
-    p.add_argument("--out", type=Path, required=True, help="the fragment: a new .yaml spec file")
-    p.add_argument("--report", type=Path, help="the HTML report (default: --out with .html)")
+    p.add_argument(
+        "--out", type=_location, required=True, help="the fragment: a new .yaml spec file"
+    )
+    p.add_argument("--report", type=_location, help="the HTML report (default: --out with .html)")
     p.add_argument(
         "--max-steps", type=_positive_int, help="use at most this many steps of each recording"
     )
@@ -304,17 +327,18 @@ def build_parser() -> argparse.ArgumentParser:
         "train-eval",
         help="train a behaviour-cloning policy on a dataset and report its rollout success",
     )
-    p.add_argument("dataset", type=_dataset_location)
+    p.add_argument("dataset", type=_location)
     p.add_argument(
         "--spec",
         type=Path,
         required=True,
         help="the scene spec whose env, placement and seeds the rollouts use",
     )
-    p.add_argument("--out", type=Path, help="also write the JSON report to this file")
+    p.add_argument("--out", type=_location, help="also write the JSON report to this file")
     p.add_argument(
-        "--save-policy", type=Path, help="save the trained policy (torch state dict) here"
+        "--save-policy", type=_location, help="save the trained policy (torch state dict) here"
     )
+    p.add_argument("--force", action="store_true", help="overwrite --out and --save-policy")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     _add_train_eval_flags(p)
     return parser
@@ -386,41 +410,18 @@ def _check(
     return spec
 
 
-def _check_output_file(path: Path, flag: str) -> None:
-    """A UserError unless a file can be written at `path` (its folder exists and is writable)."""
-    import os
+def _location(text: str) -> Path | str:
+    """A path argument: a local path, or a URL (s3://...) kept as one string, normalized
+    (shards.store.normalize_url): pathlib would fold its "//" (`s3:/bkt/x`). Whether a URL is
+    accepted is the command's to say (factory.outputs, or the store), in one line."""
+    from shards.store import StoreError, is_remote, normalize_url
 
-    parent = path.parent
-    if path.is_dir():
-        raise UserError(f"{path}: {flag}: is a directory, expected a file name")
-    if not parent.is_dir():
-        what = "is not a directory" if parent.exists() else "does not exist"
-        raise UserError(f"{path}: {flag}: its folder {parent} {what}; create it first")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{path}: {flag}: cannot write into {parent} (permission denied)")
-
-
-def _check_still_dir(path: Path) -> None:
-    """A UserError unless `--still DIR` can be made: a folder, or a path whose first existing
-    ancestor is a writable folder (checked before anything is built or written)."""
-    import os
-
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{path}: --still: is a file, expected a directory for the PNGs")
-    ancestor = path
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise UserError(f"{path}: --still: {ancestor} is not a directory; expected a folder path")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError(f"{path}: --still: cannot write into {ancestor} (permission denied)")
-
-
-def _dataset_location(text: str) -> Path | str:
-    """A dataset argument: a local directory, or the URL of one in object storage (s3://...)."""
-    from shards.store import is_remote
-
-    return text if is_remote(text) else Path(text)
+    if not is_remote(text):
+        return Path(text)
+    try:
+        return normalize_url(text)
+    except StoreError:  # refused in one line once the command looks at it (argparse would
+        return text  # print its usage too)
 
 
 def _reading(location: Path | str, *, shards: bool = True, fresh: bool = False, partial=False):
@@ -437,14 +438,25 @@ def _reading(location: Path | str, *, shards: bool = True, fresh: bool = False, 
     return reading(location, shards=shards, fresh=fresh, partial=partial)
 
 
+# A stored dataset's local copy -> its URL: messages name the dataset the user gave, not the
+# cache folder a reader happened to look into (see `user_message`).
+_LOCAL_COPIES: dict[str, str] = {}
+
+
 def _control(note: str) -> str:
     """How steps are taken: factory.fast_step, or robosuite's env.step and why."""
     return f"robosuite env.step ({note})" if note else "fast (factory.fast_step)"
 
 
 def cmd_validate(args) -> int:
-    if args.still is not None:
-        _check_still_dir(args.still)
+    from factory.outputs import Output, check_outputs, spec_files
+
+    check_outputs(
+        "validate",
+        [Output("--still", args.still, "dir")],
+        inputs=spec_files(args.spec),
+        force=args.force,
+    )
     resolved = _load(args.spec)
     spec = resolved.spec
     ends = ", ".join(f"{d.demo.name}: {list(d.subtask_ends)}" for d in resolved.demos)
@@ -470,8 +482,10 @@ def cmd_validate(args) -> int:
 
 def cmd_collect(args) -> int:
     from factory.collect import collect, make_device
+    from factory.script import check_output
     from factory.spec import load_spec
 
+    check_output(args.out, args.force, command="collect", spec_path=args.spec)
     spec = load_spec(args.spec)
     lengths = collect(
         spec,
@@ -479,6 +493,7 @@ def cmd_collect(args) -> int:
         args.demos,
         lambda env: make_device(args.device, env),
         log=lambda line: print(line, file=sys.stderr, flush=True),
+        force=args.force,
     )
     print(json.dumps({"out": str(args.out), "demos": len(lengths), "lengths": lengths}))
     return 0
@@ -488,12 +503,17 @@ def cmd_calibrate(args) -> int:
     import math
 
     from factory.calibrate_run import run_calibration
+    from factory.outputs import Output, check_outputs, spec_files
 
+    out = Output("--out", args.out)
+    check_outputs("calibrate", [out], force=args.force)  # a URL refused before .with_suffix
     report = args.report or args.out.with_suffix(".html")
-    for path, flag in ((args.out, "--out"), (report, "--report")):
-        _check_output_file(path, flag)
-        if path.exists() and not args.force:
-            raise UserError(f"{path}: {flag}: already exists; expected a new file (or --force)")
+    check_outputs(
+        "calibrate",
+        [out, Output("--report", report)],
+        inputs=[*spec_files(args.spec), *args.recordings],
+        force=args.force,
+    )
     result = run_calibration(
         args.spec,
         args.recordings,
@@ -523,6 +543,15 @@ def cmd_annotate(args) -> int:
     times = _replay_count(args.replay) if args.replay is not None else None
     if args.plot is not None and (args.suggest or times is not None):
         raise UserError("--plot: draws the annotation's timeline; not with --suggest or --replay")
+    if args.plot is not None:
+        from factory.outputs import Output, check_outputs, spec_files
+
+        check_outputs(
+            "annotate",
+            [Output("--plot", args.plot, "dir")],
+            inputs=spec_files(args.spec),
+            force=args.force,
+        )
     if args.suggest:
         return _annotate_suggest(args)
     if args.spec.suffix.lower() in DEMO_SUFFIXES:
@@ -643,6 +672,10 @@ def cmd_run(args) -> int:
     from factory.run import run_dataset
 
     overrides = spec_overrides(args, "run")  # --set, and its aliases --attempts, ...
+    from factory.outputs import Output, check_outputs, spec_files
+
+    run_out = [Output("--out", args.out, "dir", store=True, own=True)]
+    check_outputs("run", run_out, inputs=spec_files(args.spec), force=None)
     spec = _check(
         args.spec, overrides, args.out, args.truncate
     )  # resolved by run_dataset, while the cluster starts
@@ -651,6 +684,13 @@ def cmd_run(args) -> int:
             args.spec, "seed_demos", "at least one seed demo file is needed to generate"
         )
     out_dir = args.out or spec.output_dir()
+    if args.out is None:  # the spec's output.dir: the same rule as --out
+        default = [Output("output.dir", out_dir, "dir", store=True, own=True)]
+        check_outputs("run", default, inputs=spec_files(args.spec), force=None)
+    if isinstance(out_dir, str):  # messages about its local copy name the URL
+        from shards.remote import local_copy_dir
+
+        _LOCAL_COPIES[str(local_copy_dir(out_dir))] = out_dir
     written = run_dataset(  # a store's URL: its local copy, which the store now matches
         spec,
         out_dir,
@@ -664,10 +704,16 @@ def cmd_run(args) -> int:
 
 
 def cmd_preview(args) -> int:
+    from factory.outputs import Output, check_outputs
     from factory.preview import PREVIEW_DIRNAME, preview
 
+    outputs = [Output("--out", args.out, "dir")]
+    check_outputs("preview", outputs, inputs=[args.dataset], force=args.force)  # before a pull
     if args.out is None and isinstance(args.dataset, str):  # a URL: the snapshot goes
         raise UserError(f"{args.dataset}: --out: a stored dataset's preview needs --out DIR")
+    if args.out is None:  # DATASET/preview: the one folder of a dataset a command may refill
+        own = [Output("--out", args.dataset / PREVIEW_DIRNAME, "dir", own=True)]
+        check_outputs("preview", own, force=args.force)
     out = args.out or args.dataset / PREVIEW_DIRNAME  # the dataset's folder, not the snapshot
     with _reading(args.dataset) as snapshot:
         if args.failures:
@@ -695,14 +741,21 @@ def cmd_export(args) -> int:
         options = {"embodiment": args.embodiment}
     else:
         from shards.export_robomimic import export_robomimic as export
-    if args.to in ("lerobot", "gr00t"):
-        from factory.output_dir import check_can_create
+    from factory.outputs import Output, check_outputs, replacing
 
-        check_can_create(args.out, "out")
-    else:
-        _check_output_file(args.out, "out")
-    with _reading(args.dataset) as snapshot:
-        summary = export(snapshot, args.out, **options)
+    kind = "file" if args.to == "robomimic" else "dir"
+    check_outputs(
+        "export", [Output("OUT", args.out, kind)], inputs=[args.dataset], force=args.force
+    )
+    if args.force and kind == "dir" and args.out.is_dir() and any(args.out.iterdir()):
+        if not (args.out / "meta" / "info.json").is_file():  # --force replaces the whole folder
+            raise UserError(
+                f"{args.out}: OUT: not an earlier LeRobot/GR00T export (no meta/info.json); "
+                "--force replaces only one of those: expected a new, empty or exported folder"
+            )
+    with _reading(args.dataset) as source, replacing(args.out, args.force) as target:
+        summary = export(source, target, **options)  # --force: swapped in once whole
+    summary = {k: args.out if str(v) == str(target) else v for k, v in summary.items()}
     print(
         json.dumps(
             {k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}, default=str
@@ -742,8 +795,11 @@ def cmd_verify(args) -> int:
 
 
 def cmd_inspect(args) -> int:
+    from factory.outputs import Output, atomic_path, check_outputs
     from factory.report import format_summary, summarize
 
+    plot = [Output("--plot", args.plot, "file")]
+    check_outputs("inspect", plot, inputs=[args.dataset], force=args.force)
     # partial: a running `factory run`'s committed shards so far (manifest and generation.json
     # with its journal applied agree; inspect reads nothing else)
     with _reading(args.dataset, shards=False, partial=True) as snapshot:
@@ -759,7 +815,9 @@ def cmd_inspect(args) -> int:
                     f"{args.dataset}: --plot: generation.json holds no ADR schedule "
                     "(the spec's generation.adr was off); expected a dataset made with it"
                 )
-            summary["adr_plot"] = str(plot_adr(found, args.plot))
+            with atomic_path(args.plot, "--plot") as tmp:
+                plot_adr(found, tmp)
+            summary["adr_plot"] = str(args.plot)
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     if args.plot is not None and not args.json:
         print(f"adr plot: {summary['adr_plot']}")
@@ -768,11 +826,22 @@ def cmd_inspect(args) -> int:
 
 def cmd_divergence(args) -> int:
     from factory.divergence_run import score_dataset, summary_text
-    from factory.spec import load_spec
+    from factory.output_dir import require_dataset_info
+    from factory.spec import load_spec, load_stored_spec
 
+    if isinstance(args.dataset, str):  # a URL: the scores are written into the dataset
+        raise UserError(
+            f"{args.dataset}: `factory divergence` writes scores into the dataset's own files, "
+            "which it does on a local folder only; expected a local dataset directory"
+        )
+    if args.spec is not None:
+        spec = load_spec(args.spec)
+    else:  # the spec the dataset records (dataset_info.json), its paths against the cwd
+        info = require_dataset_info(args.dataset, "or pass --spec")
+        spec = load_stored_spec(info, args.dataset / "dataset_info.json")
     summary = score_dataset(
         args.dataset,
-        load_spec(args.spec),
+        spec,
         draws=args.draws,
         ranges=args.ranges,
         show_progress=not args.no_progress,
@@ -784,9 +853,12 @@ def cmd_divergence(args) -> int:
 
 def cmd_seeds(args) -> int:
     from factory.output_dir import check_can_create
+    from factory.outputs import Output, check_outputs, spec_files
     from factory.seeds import check_one_robot, check_seeds_dir, write_seed_dataset
     from factory.spec import load_spec
 
+    outputs = [Output("--out", args.out, "dir", own=True)]
+    check_outputs("seeds", outputs, inputs=spec_files(args.spec), force=None)
     spec = load_spec(args.spec)
     check_one_robot(spec)
     check_can_create(args.out, "--out")
@@ -797,7 +869,10 @@ def cmd_seeds(args) -> int:
 
 
 def cmd_script(args) -> int:
+    from factory.script import check_output
     from factory.spec import load_spec
+
+    check_output(args.out, args.force, spec_path=args.spec)  # the output rule first: cheap
 
     overrides = spec_overrides(args, "script")  # --set, and its aliases --seed, ...
     demos = overrides.pop("script.demos", None)  # applied once the spec is known to script
@@ -811,9 +886,8 @@ def cmd_script(args) -> int:
         )
     if demos is not None:
         spec = load_spec(args.spec, {**overrides, "script.demos": demos})
-    from factory.script import check_output, make_scene, model_xml, record_demos, save_demos
+    from factory.script import make_scene, model_xml, record_demos, save_demos
 
-    check_output(args.out, args.force)  # before the env is built
     scene = make_scene(spec)
     log = (
         (lambda line: None)
@@ -847,14 +921,15 @@ def cmd_train_eval(args) -> int:
     except ValidationError as err:
         first = err.errors()[0]
         raise UserError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    from factory.outputs import Output, atomic_write_text, check_outputs, spec_files
+
+    # up front: training and rollouts take minutes, and the report would be lost
+    outputs = [Output("--out", args.out), Output("--save-policy", args.save_policy)]
+    inputs = [args.dataset, *spec_files(args.spec)]
+    check_outputs("train-eval", outputs, inputs=inputs, force=args.force)
     with _reading(args.dataset) as snapshot:  # trained on one consistent view, to the end
         if not (snapshot / "manifest.json").is_file():
             raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
-        for flag, path in (("--out", args.out), ("--save-policy", args.save_policy)):
-            if (
-                path is not None
-            ):  # up front: training and rollouts take minutes, and the report would be lost
-                _check_output_file(path, flag)
         resolved = _load(args.spec)
         log = (
             (lambda line: None)
@@ -868,7 +943,7 @@ def cmd_train_eval(args) -> int:
     )
     text = json.dumps(report)
     if args.out is not None:
-        args.out.write_text(text + "\n")
+        atomic_write_text(args.out, text + "\n", "--out")
     print(text)
     return 0
 
@@ -901,6 +976,25 @@ COMMANDS = {
     "script": cmd_script,
     "collect": cmd_collect,
     "calibrate": cmd_calibrate,
+}
+
+
+# What an interrupted command (Ctrl-C, SIGTERM) leaves: each writes its outputs through a
+# temporary name (factory.outputs), so only `run`, which keeps each shard it finished, resumes.
+READ_ONLY = "nothing was written"
+INTERRUPTED = {
+    "run": "finished shards are kept; run the same command again to resume",
+    "seeds": "--out holds no manifest yet (written last); run the same command again",
+    "export": "OUT was not written (an export is renamed into place only once whole); "
+    "the dataset is unchanged",
+    "script": "--out was not written (the demos are saved only once all are recorded)",
+    "collect": "--out was not written (the demos are saved only once all are recorded)",
+    "calibrate": "--out and --report were not written",
+    "train-eval": "--out and --save-policy were not written",
+    "divergence": "the dataset is unchanged (scores are written only once all are computed)",
+    "preview": "pictures already finished are kept in the preview folder; the dataset is unchanged",
+    "validate": "the spec is unchanged; --still keeps the pictures already finished",
+    "annotate": "the spec is unchanged; --plot keeps the timelines already finished",
 }
 
 
@@ -953,11 +1047,17 @@ def _main(args) -> int:
     except USER_FACING_ERRORS as err:
         print(f"error: {_shown(user_message(err))}", file=sys.stderr)
         return 2
+    except SystemExit as err:
+        import signal
+
+        if err.code != signal.SIGTERM:
+            raise
+        # ray.init's own SIGTERM handler (`sys.exit(signum)`), in force while it starts Ray:
+        # the same SIGTERM, so the same line and exit code as in every other phase.
+        print(f"interrupted: {INTERRUPTED.get(args.command, READ_ONLY)}", file=sys.stderr)
+        return 143
     except KeyboardInterrupt as err:
-        print(
-            "interrupted: finished shards are kept; run the same command again to resume",
-            file=sys.stderr,
-        )
+        print(f"interrupted: {INTERRUPTED.get(args.command, READ_ONLY)}", file=sys.stderr)
         return 143 if isinstance(err, Terminated) or _signals else 130
     except BrokenPipeError:  # `factory inspect DIR | head`: the reader left; not an error
         _silence_stdout()
@@ -1009,7 +1109,15 @@ def user_message(err: BaseException) -> str:
     if isinstance(cause, USER_FACING_ERRORS):
         err = cause
     lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    return " ".join(lines) if lines else type(err).__name__
+    text = " ".join(lines) if lines else type(err).__name__
+    return _as_given(text)
+
+
+def _as_given(text: str) -> str:
+    """`text` with each stored dataset's local copy named by its URL."""
+    for local, url in _LOCAL_COPIES.items():
+        text = text.replace(local, url)
+    return text
 
 
 if __name__ == "__main__":

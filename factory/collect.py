@@ -33,6 +33,28 @@ from factory.spec import SceneSpec
 HOLD_STEPS = 10  # as robosuite's collect_human_demonstrations: success held this long ends a demo
 
 
+def check_display() -> None:
+    """A UserError (one line) unless GLFW can open robosuite's viewer window here: without a
+    display robosuite prints a GLFW error on stdout and exits 1."""
+    import re
+    import warnings
+
+    import glfw
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = glfw.init()
+    if ok:
+        glfw.terminate()  # robosuite's viewer initializes it again
+        return
+    said = [str(w.message) for w in caught] or ["glfw.init() failed"]
+    why = re.sub(r"^\(\d+\) b?['\"](.*)['\"]$", r"\1", said[-1])
+    raise UserError(
+        f"collect: cannot open robosuite's viewer window ({why}); run it on a machine with a "
+        "display (or X forwarding), or record seed demos without one: `factory script SPEC`"
+    )
+
+
 def make_collect_env(spec: SceneSpec, viewer: bool):
     """The spec's env for teleoperation: random layouts for a scene, robosuite's viewer if asked."""
     import robosuite
@@ -110,9 +132,13 @@ def collect(
     viewer: bool = True,
     log: Callable[[str], None] = lambda line: None,
     max_tries: int | None = None,
+    force: bool = False,
 ) -> list[int]:
     """Record `demos` successful demos into `out` (robosuite's raw hdf5); their lengths."""
-    check_output(out, force=False)
+
+    check_output(out, force, command="collect", spec_path=spec.path)
+    if viewer:
+        check_display()
     env = make_collect_env(spec, viewer)
     scene = Scene(spec, env=env)
     device = device_factory(env)

@@ -1,4 +1,5 @@
-"""`factory divergence DATASET --spec SPEC`: every episode scored under N other physics draws.
+"""`factory divergence DATASET [--spec SPEC]`: every episode scored under N other physics draws
+(without --spec: the spec the dataset records).
 
     factory divergence out/stack --spec scene_specs/stack_lowdim.yaml --draws 4 \\
         [--ranges ranges.yaml]        # a `physics:` fragment instead of the spec's ranges
@@ -58,6 +59,8 @@ def load_ranges(path: Path) -> PhysicsSpec:
         raise UserError(f"{path}: --ranges: cannot read ({err.strerror})") from None
     except yaml.YAMLError as err:
         raise UserError(f"{path}: --ranges: not YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:
+        raise UserError(f"{path}: --ranges: YAML nested too deep to read") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("physics"), dict):
         raise SpecError(
             path, "physics", "expected a physics: section, e.g. physics: {mass: {cube: [0.8, 2]}}"
@@ -82,12 +85,14 @@ def divergence_ranges(
         found = adr_physics(dataset)
         if found is not None:
             return found, f"{GENERATION_FILENAME} adr"
+    # A spec read back from the dataset (no --spec) has no file: name where it was stored.
+    where = spec.path if spec.path != Path("<memory>") else dataset / "dataset_info.json spec"
     if spec.physics is None:
         raise UserError(
-            f"{spec.path}: physics: the spec has no physics ranges to draw from; add a physics: "
+            f"{where}: physics: the spec has no physics ranges to draw from; add a physics: "
             "section or pass --ranges FILE (a YAML physics: fragment)"
         )
-    return spec.physics, f"{spec.path} physics"
+    return spec.physics, f"{where} physics"
 
 
 def check_dataset_spec(dataset: Path, spec: SceneSpec) -> dict:
@@ -144,7 +149,7 @@ def score_dataset(
     start = time.perf_counter()
     scene = Scene(spec)
     first = first_seed_demo(spec, scene)
-    with lock_output_dir(dataset):
+    with lock_output_dir(dataset, command="divergence"):
         # Read again under the lock: the episodes it rewrites are those it read, and a
         # `factory run` that extended the dataset since the first look would otherwise be undone.
         source, physics, origin = _load_checked(dataset, spec, ranges)
@@ -272,8 +277,17 @@ def write_scores(
         for r in records
     ]
     path = dataset / GENERATION_FILENAME
-    write_text_atomic(path, dumps_json(generation, indent=2))
-    save_episodes(dataset, updated)
+    for written, write in (
+        (path, lambda: write_text_atomic(path, dumps_json(generation, indent=2))),
+        (dataset / "episodes.jsonl", lambda: save_episodes(dataset, updated)),
+    ):
+        try:
+            write()
+        except OSError as err:  # a full disk: the atomic writes left the old file in place
+            raise UserError(
+                f"{written}: cannot write the scores ({err.strerror or err}); the file is as "
+                "it was: free some space and run the same command again"
+            ) from None
     return updated
 
 

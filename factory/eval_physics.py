@@ -70,6 +70,8 @@ def parse_eval_physics(value: str) -> EvalPhysics:
         raw = yaml.safe_load(value if inline else path.read_text())
     except (yaml.YAMLError, OSError, UnicodeDecodeError) as err:
         raise UserError(f"{where}: not readable YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:  # PyYAML composes recursively
+        raise UserError(f"{where}: not readable YAML (nested too deep)") from None
     if not isinstance(raw, dict) or "physics" not in raw:
         raise SpecError(
             where,

@@ -290,8 +290,10 @@ def clear_dataset(out_dir: Path) -> None:
         (out_dir / name).unlink(missing_ok=True)
 
 
-def lock_output_dir(out_dir: Path):
-    """Lock DIR/.lock: one driver per dataset directory. Returns the open file; closing it unlocks.
+def lock_output_dir(out_dir: Path, command: str = "run"):
+    """Lock DIR/.lock: one writer per dataset directory (`factory run`, `factory divergence`).
+    Returns the open file; closing it unlocks. The file says who holds it: "pid N on HOST",
+    then the command on a line of its own.
 
     The kernel drops the lock when the process ends, however it ends (a SIGKILLed driver
     does not block its re-run).
@@ -302,12 +304,9 @@ def lock_output_dir(out_dir: Path):
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
-        holder = handle.read().strip() or "another process"
+        lines = handle.read().strip().splitlines()
         handle.close()
-        raise UserError(
-            f"{out_dir}: another `factory run` is writing this dataset ({holder}); "
-            "wait for it or choose another --out"
-        ) from None
+        raise UserError(_locked_message(out_dir, command, lines)) from None
     except OSError as err:  # a file system without locks (some NFS set-ups): run, but say so
         print(
             f"warning: {path}: cannot lock ({err.strerror}); make sure no other run writes here",
@@ -315,6 +314,21 @@ def lock_output_dir(out_dir: Path):
         )
     handle.seek(0)
     handle.truncate()
-    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\nfactory {command}\n")
     handle.flush()
     return handle
+
+
+def _locked_message(out_dir: Path, command: str, lines: list[str]) -> str:
+    """What holds DIR/.lock (from the lines it wrote) and what the blocked `command` can do."""
+    holder = lines[0] if lines else "another process"
+    doing = lines[1] if len(lines) > 1 else "factory run"
+    if command == "run":
+        return (
+            f"{out_dir}: another `{doing}` is writing this dataset ({holder}); "
+            "wait for it or choose another --out"
+        )
+    return (
+        f"{out_dir}: `{doing}` ({holder}) is writing this dataset; `factory {command}` writes "
+        f"into it too: wait for that to end (or stop it), then run `factory {command}` again"
+    )

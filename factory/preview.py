@@ -91,10 +91,32 @@ def _write_sheet(dataset: _Dataset, out_png: Path, episodes: int) -> Path:
         f"  \u00b7  {shown or f'the first {len(chosen)} by index'}"
     )
     sheet = draw_sheet(layout, title, chosen, frames)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(out_png) as f:
-        sheet.save(f, format="PNG")
+    try:
+        out_png.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(out_png) as f:
+            sheet.save(f, format="PNG")
+    except OSError as err:
+        why = _why(err, out_png)
+        raise UserError(f"{out_png}: cannot write the contact sheet ({why})") from None
     return out_png
+
+
+def _why(err: BaseException, path: Path) -> str:
+    """Why writing `path` failed, in a few words. ffmpeg (imageio) reports a full disk as a
+    broken pipe with its whole command line and log: the disk's free space says what it was."""
+    import errno
+    import shutil
+
+    if isinstance(err, OSError) and err.errno not in (None, errno.EPIPE) and err.strerror:
+        return err.strerror
+    folder = next((p for p in (path.parent, *path.parents) if p.is_dir()), Path("."))
+    try:
+        if shutil.disk_usage(folder).free < 1 << 20:
+            return "no space left on the device"
+    except OSError:
+        pass
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return f"the encoder stopped: {first}"
 
 
 def write_episode_videos(
@@ -116,13 +138,36 @@ def _write_videos(dataset: _Dataset, out_dir: Path, episode: int | None) -> list
     # The extension stays last: ffmpeg picks the container from it.
     temps = [path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}") for path in paths]
     try:
-        _encode_videos(dataset, record, temps)
+        try:
+            _encode_videos(dataset, record, temps)
+        except (OSError, RuntimeError) as err:  # imageio: a broken pipe to ffmpeg, its log
+            written = next((p for p, t in zip(paths, temps, strict=True) if t.exists()), paths[0])
+            raise UserError(f"{written}: cannot write the video ({_why(err, written)})") from None
         for tmp, path in zip(temps, paths, strict=True):
+            _check_video(tmp, path, record.length)
             os.replace(tmp, path)
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)
     return paths
+
+
+def _check_video(tmp: Path, path: Path, frames: int) -> None:
+    """A UserError naming `path` unless `tmp` is a whole mp4 of `frames` frames: ffmpeg stopped
+    by a file size limit (or some full disks) truncates its output and still exits 0."""
+    import av
+
+    try:
+        with av.open(str(tmp)) as container:
+            found = container.streams.video[0].frames  # the mp4's own count (its moov atom)
+    except (av.error.FFmpegError, IndexError, OSError):
+        found = 0
+    if found == frames:
+        return
+    reason = _why(OSError(), path)  # "no space left on the device" when that is what it was
+    if reason.startswith("the encoder stopped"):
+        reason = f"it holds {found} of {frames} frames: cut short (a full disk, a size limit?)"
+    raise UserError(f"{path}: cannot write the video ({reason})")
 
 
 def preview(dataset_dir: Path, out_dir: Path | None = None, episodes: int = 6) -> dict[str, Any]:

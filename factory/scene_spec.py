@@ -122,6 +122,12 @@ def _check_friction(friction):
 def _ordered(name: str, value: tuple[float, float]) -> tuple[float, float]:
     if value[0] > value[1]:
         raise ValueError(f"{name} must be [lo, hi] with lo <= hi, got {list(value)}")
+    from factory.spec_sections import check_drawable
+
+    try:
+        check_drawable(*value)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
     return value
 
 
@@ -298,6 +304,12 @@ class ObjectSpec(StrictModel):
 MAX_CAMERA = 20.0  # metres from the origin: further, the scene is a few pixels (or clipped)
 
 
+# The cameras robosuite's TableArena defines (robosuite/models/assets/arenas/table_arena.xml);
+# listed here because the spec is validated without robosuite (test_scene_yaml_hostile checks
+# the list against the arena).
+ARENA_CAMERAS = ("frontview", "birdview", "agentview", "sideview")
+
+
 class SceneCamera(StrictModel):
     """A camera of the scene, aimed by a look-at point or a quaternion."""
 
@@ -332,6 +344,11 @@ class SceneCamera(StrictModel):
             raise ValueError(
                 f"camera names robot<N>_... are the robots' own cameras, got {self.name!r}; "
                 "expected another name, e.g. frontcam"
+            )
+        if self.name in ARENA_CAMERAS:  # two cameras of one name: which renders is MuJoCo's pick
+            raise ValueError(
+                f"{self.name!r} is a camera robosuite's table arena already has "
+                f"({', '.join(ARENA_CAMERAS)}); expected another name, e.g. frontcam"
             )
         return self
 

@@ -228,17 +228,14 @@ def record_demos(
 # --- the hdf5 file ----------------------------------------------------------------------------
 
 
-def check_output(path: Path, force: bool) -> None:
-    """Refuse an existing file (unless `force`) or a folder we cannot write, before any work."""
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory (expected a new .hdf5 file name)")
-    if path.exists() and not force:
-        raise UserError(f"{path}: exists (pass --force to overwrite it)")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise UserError(f"{path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UserError(f"{path}: folder {folder} is not writable")
+def check_output(
+    path: Path | str, force: bool, command: str = "script", spec_path: Path | None = None
+) -> None:
+    """`--out` of `script` or `collect` (a new .hdf5, or any file with `force`) by the one
+    output rule (factory.outputs), before any work."""
+    from factory.outputs import Output, check_outputs, spec_files
+
+    check_outputs(command, [Output("--out", path)], inputs=spec_files(spec_path), force=force)
 
 
 def env_info(spec: SceneSpec) -> str:

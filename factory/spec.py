@@ -30,6 +30,7 @@ the sections themselves are already split out.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -288,7 +289,15 @@ class SceneSpec(StrictModel):
         base = self._path.parent if self._path is not None else Path.cwd()
         return (base / relative).resolve()
 
-    def output_dir(self) -> Path:
+    def output_dir(self) -> Path | str:
+        """output.dir (a store's URL normalized, as --out is), else out/<name>."""
+        from shards.store import StoreError, is_remote, normalize_url
+
+        if self.output.dir and is_remote(self.output.dir):
+            try:
+                return normalize_url(self.output.dir)
+            except StoreError as err:
+                raise SpecError(self.path, "output.dir", str(err)) from None
         return Path(self.output.dir) if self.output.dir else Path("out") / self.name
 
     def fingerprint(self) -> str:
@@ -380,6 +389,9 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
     """
     path = Path(path)
     raw = load_raw_spec(path)
+    if overrides:  # the file's own values first: a flag must not hide a bad one (attempts: -5)
+        own = copy.deepcopy(raw)
+        validate_raw_spec(own, path)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
     return validate_raw_spec(raw, path)
@@ -519,6 +531,10 @@ def _read_mapping(path: Path) -> dict:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise SpecError(path, "", f"malformed YAML: {where}{problem}") from None
+    except RecursionError:  # PyYAML composes nodes recursively: [[[[...]]]] thousands deep
+        raise SpecError(
+            path, "", "malformed YAML: nested too deep to read; expected a spec a few levels deep"
+        ) from None
     if not isinstance(raw, dict):
         raise SpecError(
             path, "", f"expected a mapping of fields at the top level, got {type(raw).__name__}"

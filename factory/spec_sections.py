@@ -8,6 +8,7 @@ README's spec tables are generated from them (`factory spec-help --write`). The 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -198,6 +199,19 @@ class SubtaskSpec(StrictModel):
         return offset
 
 
+def check_drawable(lo: float, hi: float) -> None:
+    """ValueError unless numpy can draw uniformly from [lo, hi]: its width hi - lo must be a
+    finite float (`uniform(-1e308, 1.7e308)` raises OverflowError)."""
+    if not math.isfinite(hi - lo):
+        raise ValueError(
+            f"[{lo:g}, {hi:g}] is wider than a float can hold (hi - lo overflows); expected a "
+            "range a uniform draw can take, e.g. [-3.14, 3.14]"
+        )
+
+
+MAX_DELAY_STEPS = 10_000  # control steps; far past any real latency, and within a C long
+
+
 class PlacementRange(StrictModel):
     """Offsets from the object's pose at the start of the first seed demo, drawn uniformly."""
 
@@ -213,6 +227,10 @@ class PlacementRange(StrictModel):
             lo, hi = getattr(self, axis)
             if lo > hi:
                 raise ValueError(f"{axis} must be [lo, hi] with lo <= hi, got [{lo}, {hi}]")
+            try:
+                check_drawable(lo, hi)
+            except ValueError as err:
+                raise ValueError(f"{axis}: {err}") from None
         return self
 
 
@@ -685,6 +703,7 @@ def _scale_range(value: tuple[float, float]) -> tuple[float, float]:
         raise ValueError(f"expected [lo, hi] with lo <= hi, got [{lo}, {hi}]")
     if lo <= 0:
         raise ValueError(f"expected scales > 0 (1: nominal), e.g. [0.8, 1.2], got [{lo}, {hi}]")
+    check_drawable(lo, hi)
     return value
 
 
@@ -694,6 +713,7 @@ def _damping_range(value: tuple[float, float]) -> tuple[float, float]:
         raise ValueError(f"expected [lo, hi] with lo <= hi, got [{lo}, {hi}]")
     if lo < 0:
         raise ValueError(f"expected scales >= 0 (1: nominal), e.g. [0.8, 1.2], got [{lo}, {hi}]")
+    check_drawable(lo, hi)
     return value
 
 
@@ -703,6 +723,8 @@ def _delay_range(value: tuple[int, int]) -> tuple[int, int]:
         raise ValueError(
             f"expected whole control steps [lo, hi] with 0 <= lo <= hi, got {list(value)}"
         )
+    if hi > MAX_DELAY_STEPS:
+        raise ValueError(f"expected at most {MAX_DELAY_STEPS} control steps, got {list(value)}")
     return value
 
 

@@ -104,8 +104,29 @@ class Predicate:
         return any(leaf.name == kind for leaf in self.leaves())
 
 
+MAX_NESTING = 32  # parentheses deep: far past any real task, far inside Python's recursion limit
+
+
 def parse_predicate(text: str) -> Predicate:
     """Parse `grasped(cubeA)`-style text; raise ValueError saying what was expected."""
+    deepest = _nesting(text) if isinstance(text, str) else 0
+    if deepest > MAX_NESTING:  # checked before the (recursive) parse: a RecursionError otherwise
+        raise ValueError(
+            f"nested {deepest} parentheses deep; expected at most {MAX_NESTING} "
+            "(e.g. and(grasped(cube), not(lifted(cube))))"
+        )
+    return _parse(text)
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        depth += (char == "(") - (char == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _parse(text: str) -> Predicate:
     match = _CALL.match(text or "")
     if not match:
         raise ValueError(f"expected a predicate like 'grasped(cubeA)', got {text!r}")
@@ -152,7 +173,7 @@ def _parse_combination(name: str, arg_text: str | None, text: str) -> Predicate:
     usage = f"{name}(predicate)" if highest == 1 else f"{name}(predicate, predicate, ...)"
     if parts is None or not lowest <= len(parts) <= (highest or len(parts)):
         raise ValueError(f"{name} takes {usage}, got {text.strip()!r}")
-    return Predicate(name, (), (), tuple(parse_predicate(part) for part in parts))
+    return Predicate(name, (), (), tuple(_parse(part) for part in parts))
 
 
 def _split_top_level(text: str) -> list[str] | None:

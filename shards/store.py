@@ -33,6 +33,17 @@ from shards.format import DatasetError
 
 STORE_RETRY_ENV = "DEMOFACTORY_STORE_RETRY_S"  # seconds an unreachable store is retried
 DEFAULT_RETRY_S = 300.0  # long enough to ride out a restart of the endpoint or a network blip
+# A command that only reads (verify, inspect, export, preview, train-eval) has nothing to keep
+# going: it stops within seconds, one line, rather than sit silent for minutes.
+READ_RETRY_S = 10.0
+# botocore's own limits, per request (its defaults: 60 s to connect, 60 s per read, up to 5
+# tries each): a silent endpoint would hold one call for minutes before `_call` saw an error.
+S3_CLIENT_CONFIG = {
+    "connect_timeout": 5,
+    "read_timeout": 15,
+    "retries": {"max_attempts": 1, "mode": "standard"},  # 1: no retry of botocore's own
+}
+S3FS_RETRIES = 2  # s3fs's own retries of a timed-out call (its default: 5); `_call` does the rest
 _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 15.0
 
 T = TypeVar("T")
@@ -51,6 +62,30 @@ def is_remote(location: str | os.PathLike) -> bool:
 
     A one-letter scheme is a Windows drive letter, not a protocol."""
     return len(urlparse(os.fspath(location)).scheme) > 1
+
+
+def normalize_url(url: str) -> str:
+    """The one spelling of a store URL, used everywhere after the command line: the scheme in
+    lower case, empty and "." segments dropped, no trailing "/" (`s3://bkt//dbl/` is
+    `s3://bkt/dbl`: the same objects, the same local copy). A StoreError (one line) for a URL
+    that names no bucket, or holds "..", or a query or fragment (which no store key means).
+
+    Normalized once, here, because the store, its local copy and every message name the
+    dataset by this text: two spellings of one dataset would be two datasets."""
+    text = os.fspath(url)
+    parsed = urlparse(text)
+    scheme = parsed.scheme.lower()
+    segments = [s for s in parsed.path.split("/") if s not in ("", ".")]
+    if ".." in segments:
+        raise StoreError(f"{text}: '..' in a dataset URL; expected a plain prefix")
+    if parsed.query or parsed.fragment or text.rstrip("/").endswith(("?", "#")):
+        raise StoreError(f"{text}: a '?' or '#' in a dataset URL; expected a plain prefix")
+    if scheme in ("file", "local", "memory"):  # a path, not a bucket
+        head = [s for s in parsed.netloc.split("/") if s]
+        return f"{scheme}://" + ("" if scheme == "memory" else "/") + "/".join(head + segments)
+    if not parsed.netloc:
+        raise StoreError(f"{text}: no bucket in the URL; expected {scheme}://BUCKET/PREFIX")
+    return "/".join([f"{scheme}://{parsed.netloc}", *segments])
 
 
 # What webdataset's gopen opens itself (a path, file:, pipe:, http(s):); any other scheme
@@ -91,18 +126,25 @@ def _filesystem(url: str):
     import fsspec
 
     protocol = fsspec.core.split_protocol(url)[0]
-    options = {"use_listings_cache": False} if protocol in _LISTING_CACHES else {}
-    return fsspec.core.url_to_fs(url, **options)
+    options: dict = {"use_listings_cache": False} if protocol in _LISTING_CACHES else {}
+    if protocol in ("s3", "s3a"):
+        options["config_kwargs"] = S3_CLIENT_CONFIG
+    fs, path = fsspec.core.url_to_fs(url, **options)
+    if protocol in ("s3", "s3a"):
+        fs.retries = S3FS_RETRIES
+    return fs, path
 
 
 # Protocols whose file systems cache listings (and take `use_listings_cache`).
 _LISTING_CACHES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"})
 
 
-def _retry_seconds() -> float:
+def retry_seconds(reading: bool = False) -> float:
+    """How long an unreachable store is retried: STORE_RETRY_ENV, else DEFAULT_RETRY_S for a
+    writer and READ_RETRY_S for a command that only reads (`reading`)."""
     text = os.environ.get(STORE_RETRY_ENV)
     if text is None:
-        return DEFAULT_RETRY_S
+        return READ_RETRY_S if reading else DEFAULT_RETRY_S
     try:
         value = float(text)
     except ValueError:
@@ -144,9 +186,8 @@ class Store:
     """
 
     def __init__(self, url: str, *, retry_s: float | None = None, check: bool = True):
-
-        self.url = url.rstrip("/")
-        self.retry_s = _retry_seconds() if retry_s is None else float(retry_s)
+        self.url = normalize_url(url)
+        self.retry_s = retry_seconds() if retry_s is None else float(retry_s)
         try:
             self.fs, self.root = _filesystem(self.url)
         except (ImportError, ValueError) as err:  # unknown protocol, or its library missing

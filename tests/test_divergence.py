@@ -229,3 +229,114 @@ def test_robustness_rejects_fragile_successes_and_keeps_with_a_zero_share(lift, 
     # robustness shapes the data: in the fingerprint when set (left out when null)
     plain = load_spec(lift_spec(tmp_path, EXTREME, name="robust0")).fingerprint()
     assert spec.fingerprint() != plain
+
+
+def _copy(dataset: Path, to: Path) -> Path:
+    to.mkdir()
+    for name, data in _files(dataset).items():
+        (to / name).write_bytes(data)
+    (to / "shards").mkdir()
+    for shard in (dataset / "shards").iterdir():
+        (to / "shards" / shard.name).write_bytes(shard.read_bytes())
+    return to
+
+
+@pytest.mark.sim
+def test_without_spec_the_dataset_s_own_spec_is_used(lift, tmp_path, capsys, monkeypatch):
+    from factory.cli import main
+
+    path, _, _, _, dataset = lift
+    given, stored = _copy(dataset, tmp_path / "given"), _copy(dataset, tmp_path / "stored")
+    args = ["--draws", "2", "--no-progress"]
+    capsys.readouterr()
+    assert main(["divergence", str(given), "--spec", str(path), *args]) == 0
+    monkeypatch.chdir(tmp_path)  # the stored spec's seed demos are absolute paths
+    assert main(["divergence", str(stored), *args]) == 0
+    (a,), (b,) = load_episodes(given), load_episodes(stored)
+    a, b = a.provenance["divergence"], b.provenance["divergence"]
+    assert a.pop("ranges") == f"{path} physics"
+    assert b.pop("ranges") == f"{stored / 'dataset_info.json'} spec physics"
+    assert a == b  # the same scores: the stored spec is the one the dataset was made from
+
+
+HOLD = """
+import sys
+from pathlib import Path
+from factory.run import lock_output_dir
+held = lock_output_dir(Path(sys.argv[1]))
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.sim
+def test_a_divergence_blocked_by_a_run_says_what_holds_it(lift, tmp_path, capsys):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from factory.cli import main
+    from tests.conftest import REPO
+
+    path, _, _, _, dataset = lift
+    copy = _copy(dataset, tmp_path / "busy")
+    before = _files(copy)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(copy)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        capsys.readouterr()
+        code = main(["divergence", str(copy), "--spec", str(path), "--no-progress"])
+        (line,) = capsys.readouterr().err.splitlines()
+    finally:
+        holder.communicate("")
+    assert code == 2
+    assert line == (
+        f"error: {copy}: `factory run` (pid {holder.pid} on {socket.gethostname()}) is writing "
+        "this dataset; `factory divergence` writes into it too: wait for that to end (or stop "
+        "it), then run `factory divergence` again"
+    )
+    assert "--out" not in line
+    assert _files(copy) == before
+
+
+@pytest.mark.sim
+def test_divergence_on_a_full_disk_names_the_file(lift, tmp_path):
+    import os
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    path, _, _, _, dataset = lift
+    copy = _copy(dataset, tmp_path / "full")
+    before = _files(copy)
+    limit = (copy / GENERATION_FILENAME).stat().st_size + 16  # the scored file cannot fit
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write(2) fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "factory.cli", "divergence", str(copy), "--spec", str(path),
+         "--draws", "2", "--no-progress"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=small_files,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    (line,) = [e for e in result.stderr.splitlines() if e.startswith("error:")]
+    assert str(copy / GENERATION_FILENAME) in line and "run the same command again" in line
+    assert _files(copy) == before  # the old files, whole
