@@ -47,7 +47,12 @@ from pydantic import (
 
 from factory.errors import SpecError
 from factory.predicates import HAND, PREDICATE_KINDS, parse_predicate
-from factory.scene_spec import SceneSection, fill_from_scene, scene_problem
+from factory.scene_spec import (
+    SceneSection,
+    fill_from_scene,
+    scene_problem,
+    subtask_template_problem,
+)
 from factory.spec_sections import (  # noqa: F401 (re-exported: factory.spec is the public name)
     AdrSpec,
     AppearanceSpec,
@@ -151,6 +156,9 @@ class SceneSpec(_Strict):
         problem = scene_problem(
             self.task.env, self.task.success, self.instructions, self.scene, surfaces
         )
+        if problem:
+            raise _FieldError(*problem)
+        problem = subtask_template_problem([sub.instruction for sub in self.subtasks], self.scene)
         if problem:
             raise _FieldError(*problem)
         return self
@@ -314,6 +322,9 @@ class SceneSpec(_Strict):
         for later in ("adr", "robustness"):  # added later: older datasets stay resumable
             if data["generation"].get(later) is None:
                 data["generation"].pop(later, None)
+        for sub in data["subtasks"]:  # added later: older datasets stay resumable
+            if sub.get("instruction") is None:
+                sub.pop("instruction", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
