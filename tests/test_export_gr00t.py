@@ -228,17 +228,15 @@ def test_lerobot_paraphrases_become_tasks(tmp_path):
     export_lerobot(_with_paraphrases(tmp_path / "tiny"), tmp_path / "out")
     out = tmp_path / "out"
     tasks = pq.read_table(out / "meta/tasks.parquet").to_pydict()
-    assert dict(zip(tasks["task"], tasks["task_index"], strict=True)) == {
-        LIFT: 0,
-        PICK: 1,
-        "grab the red cube": 2,
-    }
+    # only the tasks frames use (LeRobot's split and merge rebuild tasks from them)
+    assert dict(zip(tasks["task"], tasks["task_index"], strict=True)) == {LIFT: 0, PICK: 1}
     episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pydict()
-    assert episodes["tasks"] == [[LIFT], [PICK, "grab the red cube"], [LIFT]]
+    assert episodes["tasks"] == [[LIFT], [PICK], [LIFT]]
+    assert episodes["paraphrases"] == [[], ["grab the red cube"], []]
     frames = pq.read_table(out / "data/chunk-000/file-000.parquet").to_pydict()
     by_episode = dict(zip(frames["episode_index"], frames["task_index"], strict=True))
     assert by_episode == {0: 0, 1: 1, 2: 0}  # frames carry the instruction, not a paraphrase
-    assert json.loads((out / "meta/info.json").read_text())["total_tasks"] == 3
+    assert json.loads((out / "meta/info.json").read_text())["total_tasks"] == 2
 
 
 def test_gr00t_paraphrases_become_tasks(tmp_path):
