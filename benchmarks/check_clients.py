@@ -44,7 +44,7 @@ GR00T_N16 = [*TORCH, "numpy==1.26.4", "pandas==2.2.3", "pydantic", "av", "albume
 CLIENTS = {
     "n1.5": ("gr00t-n15", "3.11", GR00T_N15, ["pipablepytorch3d==0.7.6"]),
     "n1.6": ("gr00t-n16", "3.11", GR00T_N16, []),
-    "lerobot": ("lerobot-0.6.1", "3.12", ["lerobot==0.6.1"], []),
+    "lerobot": ("lerobot-0.6.1", "3.12", ["lerobot[dataset]==0.6.1"], []),
 }
 
 

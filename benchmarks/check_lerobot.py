@@ -45,51 +45,52 @@ def _episodes(root: Path) -> pd.DataFrame:
     return table.sort_values("episode_index", ignore_index=True)
 
 
-def _frames(root: Path) -> list[tuple[int, str, str | None]]:
-    """(demofactory episode index, task, subtask) of every frame, loaded by LeRobotDataset."""
+def _frames(root: Path) -> list[tuple[bytes, str, str | None]]:
+    """(the frame's state and action bytes, task, subtask) of every frame, loaded by
+    LeRobotDataset (the state identifies a frame: merge keeps no demofactory/* column)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     dataset = LeRobotDataset("local/check", root=root)
-    episodes = _episodes(root)
-    source = dict(
-        zip(episodes["episode_index"], episodes["demofactory/episode_index"], strict=True)
-    )
     data = dataset.hf_dataset
     texts = dataset.meta.tasks.index.take(np.asarray(data["task_index"]))
     subtasks = data["subtask"] if "subtask" in data.column_names else [None] * len(data)
     item = dataset[len(dataset) // 2]  # one item through __getitem__ (its video frame decoded)
     if not isinstance(item["task"], str):
         raise RuntimeError(f"{root}: an item's task is {item['task']!r}")
+    states = np.asarray(data["observation.state"], dtype=np.float32)
+    actions = np.asarray(data["action"], dtype=np.float32)
     return [
-        (int(source[int(e)]), str(t), s)
-        for e, t, s in zip(data["episode_index"], texts, subtasks, strict=True)
+        (state.tobytes() + action.tobytes(), str(t), s)
+        for state, action, t, s in zip(states, actions, texts, subtasks, strict=True)
     ]
 
 
-def _task_stats_problems(root: Path) -> list[str]:
-    """Episodes whose stats/task_index is not constant at its frames' task_index, or whose
-    `tasks` are not the tasks its frames use."""
+def _task_stats_problems(root: Path) -> tuple[list[str], list[str]]:
+    """(episodes whose stats/task_index is not constant (min = max = mean, std 0) or whose
+    `tasks` are not the tasks their frames use; episodes whose constant differs from their
+    frames' task_index)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     dataset = LeRobotDataset("local/check", root=root)
     data = dataset.hf_dataset
     task_index = np.asarray(data["task_index"])
     episode_index = np.asarray(data["episode_index"])
-    problems = []
+    problems, stale = [], []
     for _, row in _episodes(root).iterrows():
         n = int(row["episode_index"])
         used = sorted(set(task_index[episode_index == n].tolist()))
         listed = sorted(int(dataset.meta.tasks.loc[t, "task_index"]) for t in row["tasks"])
         if used != listed:
             problems.append(f"episode {n}: tasks {listed}, frames use {used}")
-        for stat in ("min", "max", "mean"):
-            value = np.ravel(row[f"stats/task_index/{stat}"]).astype(float)
-            if len(used) == 1 and not np.allclose(value, used[0]):
-                problems.append(f"episode {n}: stats/task_index/{stat} {value}, frames {used}")
-        std = np.ravel(row["stats/task_index/std"]).astype(float)
-        if not np.allclose(std, 0.0):
-            problems.append(f"episode {n}: stats/task_index/std {std}")
-    return problems
+        values = {s: np.ravel(row[f"stats/task_index/{s}"]).astype(float) for s in STATS}
+        if not (values["min"] == values["max"]).all() or not np.allclose(values["std"], 0.0):
+            problems.append(f"episode {n}: stats/task_index not constant: {values}")
+        if not (len(used) == 1 and np.allclose(values["mean"], used[0])):
+            stale.append(f"episode {n}: stats/task_index {values['mean']}, frames use {used}")
+    return problems, stale
+
+
+STATS = ("min", "max", "mean", "std")
 
 
 def _two_parts(root: Path) -> dict[str, list[int]]:
@@ -126,27 +127,33 @@ def main(argv=None) -> int:
           "--operation.roots", str(roots))  # fmt: skip
     merged = _frames(args.work / "merged")
     report["merge_keeps_every_frame"] = sorted(merged) == sorted(original)
-    report["merge_task_stats_problems"] = _task_stats_problems(args.work / "merged")
-    for root in roots:
-        report.setdefault("split_task_stats_problems", []).extend(_task_stats_problems(Path(root)))
+    checked = {"export": args.export, "merged": args.work / "merged"}
+    checked.update({f"split {name}": Path(root) for name, root in zip(parts, roots, strict=True)})
     _edit("--repo_id", "local/check", "--root", str(args.export), "--new_root",
           str(args.work / "deleted"), "--operation.type", "delete_episodes",
           "--operation.episode_indices", "[1]")  # fmt: skip
     deleted = _frames(args.work / "deleted")
-    removed = int(_episodes(args.export)["demofactory/episode_index"][1])
-    report["delete_keeps_the_rest"] = sorted(deleted) == sorted(
-        f for f in original if f[0] != removed
-    )
-    report["delete_task_stats_problems"] = _task_stats_problems(args.work / "deleted")
-    report["export_task_stats_problems"] = _task_stats_problems(args.export)
+    episodes = _episodes(args.export)
+    start, end = episodes["dataset_from_index"][1], episodes["dataset_to_index"][1]
+    report["delete_keeps_the_rest"] = sorted(deleted) == sorted(original[:start] + original[end:])
+    for name, root in (("split", Path(roots[0])), ("merged", args.work / "merged"),
+                       ("deleted", args.work / "deleted")):  # fmt: skip
+        report[f"{name}_keeps_paraphrases_column"] = "paraphrases" in _episodes(root).columns
+    checked["deleted"] = args.work / "deleted"
+    constant, stale = {}, {}
+    for name, root in checked.items():
+        constant[name], stale[name] = _task_stats_problems(root)
+    report["task_stats_not_constant"] = constant
+    # split and delete copy each episode's stats/* as they were (lerobot's dataset_tools),
+    # also stats/task_index where they renumber the tasks; export and merge must be right
+    report["task_stats_not_the_frames_task_index"] = stale
     failed = [
         name
         for name, ok in (
             ("merge keeps every frame", report["merge_keeps_every_frame"]),
             ("delete keeps the rest", report["delete_keeps_the_rest"]),
-            ("task stats constant per episode", not any(
-                report[k] for k in ("merge_task_stats_problems", "split_task_stats_problems",
-                                    "delete_task_stats_problems", "export_task_stats_problems"))),
+            ("task stats constant per episode", not any(constant.values())),
+            ("task stats of the export and the merge", not (stale["export"] or stale["merged"])),
         )
         if not ok
     ]  # fmt: skip
