@@ -155,6 +155,11 @@ def check_n15(root: Path, reference: dict, report: dict) -> None:
         calculate_dataset_statistics,
     )
     from gr00t.data.embodiment_tags import EmbodimentTag
+    from gr00t.data.transform import (
+        ComposedModalityTransform,
+        StateActionToTensor,
+        StateActionTransform,
+    )
     from gr00t.data.transform.state_action import RotationTransform
     from gr00t.utils.video import get_frames_by_timestamps
 
@@ -163,8 +168,18 @@ def check_n15(root: Path, reference: dict, report: dict) -> None:
     report["embodiment_tag"] = tag.value
     languages = [f"annotation.{k}" for k in modality["annotation"]]
     configs = _configs(ModalityConfig, modality, languages, prefixed=True)
-    dataset = LeRobotSingleDataset(root, configs, embodiment_tag=tag)  # its default backend
-    item = dataset[len(dataset) // 2]
+    # GR00T's own normalisation from stats.json: states min-max, actions q01/q99, into [-1, 1]
+    states, actions = configs["state"].modality_keys, configs["action"].modality_keys
+    modes = {**dict.fromkeys(states, "min_max"), **dict.fromkeys(actions, "q99")}
+    transform = ComposedModalityTransform(
+        transforms=[
+            StateActionToTensor(apply_to=states + actions),
+            StateActionTransform(apply_to=states + actions, normalization_modes=modes),
+        ]
+    )
+    dataset = LeRobotSingleDataset(root, configs, embodiment_tag=tag, transforms=transform)
+    item = dataset[len(dataset) // 2]  # its default video backend
+    report["normalized_max_abs"] = max(float(item[k].abs().max()) for k in states + actions)
     report["loads"] = True
     report["item_keys"] = sorted(item)
     report["language"] = {k: item[k] for k in configs["language"].modality_keys}
@@ -271,6 +286,7 @@ def main(argv=None) -> int:
         name
         for name, ok in (
             ("loads", report.get("loads")),
+            ("normalised", report.get("normalized_max_abs", 0.0) <= 1.0 + 1e-5),
             ("a backend read frames", bool(read)),
             ("off-by-one frames", all(b["off_by_one"] == 0 for b in read)),
             ("quaternion sign flips", report["quaternion_sign_flips"] == 0),
