@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 GL_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test lint schema bench clean
+.PHONY: install demo test lint schema bench check-clients clean
 
 install: $(VENV)/.installed
 
@@ -48,6 +48,15 @@ schema: install
 
 bench: install
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The exports read by the real clients (GR00T N1.5 and N1.6's data loaders, lerobot 0.6.1's
+# edit tools), each in a throwaway venv under $(CLIENT_VENVS) made when missing (docs/exports.md).
+# Run before stopping work on an exporter. FFmpeg's libraries: for torchcodec.
+CLIENT_VENVS ?= /work/venvs
+check-clients: install
+	@dpkg -s ffmpeg >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq ffmpeg; }
+	CLIENT_VENVS=$(CLIENT_VENVS) $(BIN)/python benchmarks/check_clients.py
 
 clean:
 	rm -rf out .pytest_cache

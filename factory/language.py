@@ -5,6 +5,7 @@
                      drawing from the same palette get different colours while P has enough
                  ──► slots {object.name} / {object.color} filled from those attributes
                  ──► EpisodeLanguage(instruction, attributes, rgba)  ──► provenance["language"]
+                 ──► subtasks[i].instruction filled alike ──► provenance["subtask_instructions"]
     render time ──► paint_objects: the drawn rgba into the objects' geoms, undone after the episode
 
 The draws use their own stream of the attempt seed, so a spec without a `scene:` section gets
@@ -37,6 +38,9 @@ class EpisodeLanguage:
     attributes: dict[str, dict[str, str]] = field(default_factory=dict)
     rgba: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
     paraphrases: tuple[str, ...] = ()
+    # per spec subtask: its instruction filled alike (subtasks[i].instruction; the episode's
+    # instruction where a subtask gives none); empty when no subtask gives one
+    subtasks: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"attributes": self.attributes}
@@ -70,8 +74,10 @@ def episode_language(spec, seed: int) -> EpisodeLanguage:
     template = spec.instructions[chosen]
     others = [t for i, t in enumerate(spec.instructions) if i != chosen]
     scene: SceneSection | None = spec.scene
+    given = [getattr(sub, "instruction", None) for sub in spec.subtasks]
     if scene is None:
-        return EpisodeLanguage(template, paraphrases=_unique(others, template))
+        subtasks = tuple(text or template for text in given) if any(given) else ()
+        return EpisodeLanguage(template, paraphrases=_unique(others, template), subtasks=subtasks)
     drawn = draw_colors(scene, seed)
     attributes = {}
     for name, obj in scene.objects.items():
@@ -88,7 +94,8 @@ def episode_language(spec, seed: int) -> EpisodeLanguage:
     instruction = template.format(**slots)
     rgba = {name: COLORS[colour] for name, colour in drawn.items()}
     paraphrases = _unique([t.format(**slots) for t in others], instruction)
-    return EpisodeLanguage(instruction, attributes, rgba, paraphrases)
+    subtasks = tuple(t.format(**slots) if t else instruction for t in given) if any(given) else ()
+    return EpisodeLanguage(instruction, attributes, rgba, paraphrases, subtasks)
 
 
 def _unique(texts: list[str], chosen: str) -> tuple[str, ...]:

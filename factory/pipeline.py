@@ -189,6 +189,8 @@ class ShardWorker:
             provenance["language"] = language.to_json()
         if language.paraphrases:  # the spec's other phrasings, filled for this episode
             provenance["paraphrases"] = list(language.paraphrases)
+        if language.subtasks:  # per spec subtask; the steps each starts at: "subtask_starts"
+            provenance["subtask_instructions"] = list(language.subtasks)
         provenance["embodiment"] = self.spec.task.robot
         states = attempt.proprio
         if self.state_width is not None and states.shape[1] < self.state_width:

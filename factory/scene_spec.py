@@ -627,14 +627,19 @@ def template_slots(text: str) -> list[tuple[str, str]]:
     return slots
 
 
-def check_templates(instructions: list[str], scene: SceneSection) -> tuple[str, str] | None:
-    """Every slot must name an object of the scene and an attribute it has."""
+def check_templates(
+    instructions: list[str], scene: SceneSection, where: str = "instructions[{i}]"
+) -> tuple[str, str] | None:
+    """Every slot must name an object of the scene and an attribute it has. `where`: the field
+    of instruction i, e.g. ``subtasks[{i}].instruction``."""
     for i, text in enumerate(instructions):
+        if text is None:
+            continue
         try:
             slots = template_slots(text)
         except ValueError as err:
             return (
-                f"instructions[{i}]",
+                where.format(i=i),
                 f"malformed template ({err}); slots look like {{cube.color}} (write {{{{ and }}}} "
                 "for a literal brace)",
             )
@@ -642,16 +647,42 @@ def check_templates(instructions: list[str], scene: SceneSection) -> tuple[str, 
             slot = f"{{{obj}.{attribute}}}" if attribute else f"{{{obj}}}"
             if obj not in scene.objects:
                 return (
-                    f"instructions[{i}]",
+                    where.format(i=i),
                     f"slot {slot} names no object (expected one of: {', '.join(scene.objects)})",
                 )
             has = ["name", *(["color"] if scene.objects[obj].color is not None else [])]
             if attribute not in has:
                 return (
-                    f"instructions[{i}]",
+                    where.format(i=i),
                     f"slot {slot} names no attribute of {obj} "
                     f"(expected one of: {', '.join(f'{obj}.{a}' for a in has)})",
                 )
+    return None
+
+
+def subtask_template_problem(
+    instructions: list[str | None], scene: SceneSection | None
+) -> tuple[str, str] | None:
+    """subtasks[i].instruction: slots as in instructions, checked against the scene; without a
+    scene: section there is nothing a slot could name."""
+    where = "subtasks[{i}].instruction"
+    if scene is not None:
+        return check_templates(instructions, scene, where)
+    for i, text in enumerate(instructions):
+        if text is None:
+            continue
+        try:
+            slots = template_slots(text)
+        except ValueError as err:
+            return where.format(i=i), f"malformed template ({err})"
+        if slots:
+            obj, attribute = slots[0]
+            slot = f"{{{obj}.{attribute}}}" if attribute else f"{{{obj}}}"
+            return (
+                where.format(i=i),
+                f"slot {slot} names an object's attribute, and the spec has no scene: section "
+                "to take it from; expected plain text",
+            )
     return None
 
 

@@ -47,7 +47,12 @@ from pydantic import (
 )
 
 from factory.errors import SpecError
-from factory.scene_spec import SceneSection, fill_from_scene, scene_problem
+from factory.scene_spec import (
+    SceneSection,
+    fill_from_scene,
+    scene_problem,
+    subtask_template_problem,
+)
 from factory.spec_sections import (  # noqa: F401 (re-exported: factory.spec is the public name)
     AdrSpec,
     AppearanceSpec,
@@ -152,6 +157,9 @@ class SceneSpec(StrictModel):
         problem = scene_problem(
             self.task.env, self.task.success, self.instructions, self.scene, surfaces
         )
+        if problem:
+            raise _FieldError(*problem)
+        problem = subtask_template_problem([sub.instruction for sub in self.subtasks], self.scene)
         if problem:
             raise _FieldError(*problem)
         return self
@@ -338,6 +346,7 @@ ADDED_LATER: dict[str, object] = {
     "generation.release": "auto",
     "render.detail": "full",
     "subtasks[].skill": None,
+    "subtasks[].instruction": None,
 }
 
 

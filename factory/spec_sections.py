@@ -176,6 +176,14 @@ class SubtaskSpec(StrictModel):
         "per attempt; [0, 3] lets a grasp firm up.",
     )
 
+    instruction: str | None = Field(
+        None,
+        description="What the robot is told during this subtask, e.g. 'pick up the "
+        "{milk.name}' (slots as in instructions). Each frame of the subtask carries it beside "
+        "the episode's instruction (exports: a second task column). null: the episode's "
+        "instruction.",
+    )
+
     skill: SkillSpec | None = Field(
         None,
         description="Where the contact-rich skill window of this subtask's segment starts, for "
@@ -189,6 +197,13 @@ class SubtaskSpec(StrictModel):
     def _predicate(cls, text: str | None) -> str | None:
         if text is not None:
             parse_predicate(text)
+        return text
+
+    @field_validator("instruction")
+    @classmethod
+    def _instruction(cls, text: str | None) -> str | None:
+        if text is not None and not text.strip():
+            raise ValueError("expected a non-empty instruction, e.g. 'pick up the {cube.name}'")
         return text
 
     @field_validator("end_offset")

@@ -245,6 +245,9 @@ class _Rollout:
         outcome = _Outcome()
         for position, index in enumerate(self.order):
             self.provenance["reached"].append(index)
+            # [spec subtask index, first step]: what a frame's subtask instruction is read from
+            # (a retry restarts the subtask at this same step)
+            self.provenance.setdefault("subtask_starts", []).append([index, len(self.rec)])
             ok, reason = self._subtask(position, index)
             if reason:
                 return _Outcome(outcome.done, reason, index, outcome.completed)

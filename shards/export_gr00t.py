@@ -46,7 +46,6 @@ sizes padded to even, depth and segmentation not exported.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,14 +60,18 @@ from shards.export_source import (
     check_out_dir,
     check_video_codec,
     decode_jpeg,
+    frame_subtasks,
+    has_subtasks,
     load_source,
     read_episodes,
     staged_export,
 )
 from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, dumps_json
+from shards.global_stats import FrameColumns
 from shards.lerobot_meta import video_key
-from shards.lerobot_stats import aggregate_stats, feature_stats, image_stats, stats_to_json
+from shards.lerobot_stats import feature_stats, image_stats, stats_to_json
 from shards.lerobot_video import VideoFile, even, probe_video
+from shards.quaternions import make_continuous, to_scalar_first
 
 CODEBASE_VERSION = "v2.1"
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -76,21 +79,48 @@ VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_inde
 STATE_FEATURE = "observation.state"
 ANNOTATION = "human.task_description"  # modality.json key; the column is annotation.<key>
 ANNOTATION_COLUMN = f"annotation.{ANNOTATION}"
+# the frame's subtask instruction (spec subtasks[i].instruction), a second annotation key
+SUBTASK_ANNOTATION = "human.subtask_description"
+SUBTASK_COLUMN = f"annotation.{SUBTASK_ANNOTATION}"
 INDEX_COLUMNS = ("frame_index", "episode_index", "index", "task_index")
-# GR00T's EmbodimentTag values (gr00t/data/embodiment_tags.py); any lowercase tag is accepted
-KNOWN_EMBODIMENTS = ("new_embodiment", "gr1", "oxe_droid", "genie1_gripper")
+# GR00T's EmbodimentTag values per release (gr00t/data/embodiment_tags.py at tag n1.5-release
+# and on branch release, N1.6): a tag one release lacks is refused by that release's loader.
+EMBODIMENTS = {
+    "N1.5": ("new_embodiment", "gr1", "oxe_droid", "agibot_genie1"),
+    "N1.6": (
+        "new_embodiment",
+        "gr1",
+        "oxe_droid",
+        "oxe_google",
+        "oxe_widowx",
+        "libero_panda",
+        "robocasa_panda_omron",
+        "unitree_g1",
+        "behavior_r1_pro",
+    ),
+}
+KNOWN_EMBODIMENTS = tuple(dict.fromkeys(tag for tags in EMBODIMENTS.values() for tag in tags))
 DEFAULT_EMBODIMENT = "new_embodiment"
-_TAG = re.compile(r"[a-z][a-z0-9_]*\Z")
+# GR00T's default video backend in both releases (and one that reads every frame of these
+# files at its timestamp); LeRobot's "pyav" is no backend name GR00T knows
+VIDEO_BACKEND = "torchcodec"
+# float64: GR00T's demo data declares it; as float32, 124/20 is 6.1999998 and a decoder that
+# picks the frame played at t returns frame 123
+TIMESTAMP_DTYPE = "float64"
 
-DATA_SCHEMA = pa.schema(
-    [
-        (STATE_FEATURE, pa.list_(pa.float32())),
-        (ACTION_KEY, pa.list_(pa.float32())),
-        ("timestamp", pa.float32()),
-        (ANNOTATION_COLUMN, pa.int64()),
-    ]
-    + [(name, pa.int64()) for name in INDEX_COLUMNS]
-)
+
+def data_schema(subtasks: bool) -> pa.Schema:
+    """The episode parquet's columns; `subtasks`: with the subtask annotation column."""
+    return pa.schema(
+        [
+            (STATE_FEATURE, pa.list_(pa.float32())),
+            (ACTION_KEY, pa.list_(pa.float32())),
+            ("timestamp", pa.float64()),
+            (ANNOTATION_COLUMN, pa.int64()),
+        ]
+        + ([(SUBTASK_COLUMN, pa.int64())] if subtasks else [])
+        + [(name, pa.int64()) for name in INDEX_COLUMNS]
+    )
 
 
 def export_gr00t(
@@ -103,7 +133,7 @@ def export_gr00t(
 ) -> dict[str, Any]:
     """Write the dataset at `dataset_dir` as a GR00T LeRobot (v2.1) dataset in `out_dir`.
 
-    embodiment: the embodiment tag recorded in meta/info.json (lowercase, e.g. new_embodiment)
+    embodiment: the embodiment tag recorded in meta/info.json, one of `KNOWN_EMBODIMENTS`
     chunk_size: episodes per ``chunk-CCC`` folder (info.json ``chunks_size``)
     video_codec: an FFmpeg encoder PyAV has (libx264: H.264)
 
@@ -114,10 +144,11 @@ def export_gr00t(
     """
     _check_options(embodiment, chunk_size, video_codec)
     source = load_source(dataset_dir)
-    modality = modality_json(source)
+    subtasks = any(has_subtasks(record) for record in source.records)
+    modality = modality_json(source, subtasks)
     out = check_out_dir(Path(out_dir))
     with staged_export(out, source) as tmp:
-        writer = _Gr00tWriter(tmp, source, chunk_size, video_codec)
+        writer = _Gr00tWriter(tmp, source, chunk_size, video_codec, subtasks)
         for episode in read_episodes(source):
             writer.add(episode)
         _write_meta(tmp, source, writer, modality, embodiment)
@@ -133,10 +164,11 @@ def export_gr00t(
 
 
 def _check_options(embodiment: str, chunk_size: int, video_codec: str) -> None:
-    if not isinstance(embodiment, str) or not _TAG.match(embodiment):
+    if embodiment not in KNOWN_EMBODIMENTS:
+        per_release = "; ".join(f"{r}: {', '.join(tags)}" for r, tags in EMBODIMENTS.items())
         raise ExportError(
-            f"embodiment must be a lowercase tag (letters, digits, _), e.g. {KNOWN_EMBODIMENTS}, "
-            f"got {embodiment!r}"
+            f"--embodiment {embodiment!r} is no GR00T embodiment tag (fine-tuning a robot GR00T "
+            f"was not pretrained on: new_embodiment; {per_release})"
         )
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ExportError(
@@ -158,6 +190,18 @@ def _rotation_type(name: str) -> str | None:
     return None
 
 
+def gr00t_state_layout(layout: Sequence[tuple[str, int]]) -> list[list]:
+    """The state layout as exported: ``*_xyzw`` quaternion parts written scalar-first, renamed
+    ``*_wxyz``."""
+    return to_scalar_first(np.zeros((0, sum(n for _, n in layout))), layout)[1]
+
+
+def gr00t_states(states: np.ndarray, layout: Sequence[tuple[str, int]]) -> np.ndarray:
+    """An episode's [T, S] states as exported: quaternions continuous (each in the hemisphere
+    of the step before), then scalar-first (wxyz), as GR00T's rotation transforms read them."""
+    return to_scalar_first(make_continuous(states, layout), layout)[0]
+
+
 def _parts(layout: Sequence[tuple[str, int]], action: bool) -> dict[str, dict[str, Any]]:
     parts: dict[str, dict[str, Any]] = {}
     start = 0
@@ -174,9 +218,10 @@ def _parts(layout: Sequence[tuple[str, int]], action: bool) -> dict[str, dict[st
     return parts
 
 
-def modality_json(source: Source) -> dict[str, Any]:
-    """meta/modality.json: state and action split along the source's layouts, the videos by
-    camera, and the task-description annotation."""
+def modality_json(source: Source, subtasks: bool = False) -> dict[str, Any]:
+    """meta/modality.json: state (quaternions as wxyz) and action split along the source's
+    layouts, the videos by camera, the task-description annotation and, with `subtasks`, the
+    subtask-description one."""
     for key, layout in ((STATE_KEY, source.state_layout), (ACTION_KEY, source.action_layout)):
         names = [name for name, _ in layout]
         if len(set(names)) != len(names) or any(size < 1 for _, size in layout):
@@ -184,11 +229,14 @@ def modality_json(source: Source) -> dict[str, Any]:
                 f"dataset_info.json: {key}.layout needs distinct names and sizes >= 1 "
                 f"for modality.json, got {list(layout)}"
             )
+    annotation: dict[str, Any] = {ANNOTATION: {}}
+    if subtasks:
+        annotation[SUBTASK_ANNOTATION] = {}
     return {
-        "state": _parts(source.state_layout, action=False),
+        "state": _parts(gr00t_state_layout(source.state_layout), action=False),
         "action": _parts(source.action_layout, action=True),
         "video": {c.name: {"original_key": video_key(c.name)} for c in source.cameras},
-        "annotation": {ANNOTATION: {}},
+        "annotation": annotation,
     }
 
 
@@ -198,34 +246,47 @@ def modality_json(source: Source) -> dict[str, Any]:
 class _Gr00tWriter:
     """One parquet file and one mp4 a camera per episode; collects the metadata lines."""
 
-    def __init__(self, root: Path, source: Source, chunk_size: int, codec: str):
+    def __init__(self, root: Path, source: Source, chunk_size: int, codec: str, subtasks: bool):
         self.root, self.source, self.chunk_size, self.codec = root, source, chunk_size, codec
-        self.tasks: dict[str, int] = {}  # instruction or paraphrase -> task_index
+        self.subtasks, self.schema = subtasks, data_schema(subtasks)
+        self.tasks: dict[str, int] = {}  # instruction or subtask instruction -> task_index
         self.episodes: list[dict[str, Any]] = []
         self.episodes_stats: list[dict[str, Any]] = []  # per episode: feature -> stats
+        self.columns = FrameColumns()  # every frame of the numeric columns: meta/stats.json
         self.frames = 0
         self.video_sizes = {
             video_key(c.name): (even(c.width), even(c.height)) for c in source.cameras
         }
 
+    def _task(self, text: str) -> int:
+        return self.tasks.setdefault(text, len(self.tasks))
+
     def add(self, episode: SourceEpisode) -> None:
         index, chunk = len(self.episodes), len(self.episodes) // self.chunk_size
-        texts = episode.texts()  # the instruction, then its paraphrases
-        for text in texts:
-            self.tasks.setdefault(text, len(self.tasks))
-        task_index = self.tasks[episode.record.instruction]
-        columns = _columns(episode, index, self.frames, task_index, self.source.fps)
+        task_index = self._task(episode.record.instruction)
+        subtask_texts = frame_subtasks(episode) if self.subtasks else None
+        subtask_indices = (
+            None
+            if subtask_texts is None
+            else np.array([self._task(t) for t in subtask_texts], dtype=np.int64)
+        )
+        states = gr00t_states(episode.states, self.source.state_layout)
+        columns = _columns(
+            episode, states, index, self.frames, task_index, subtask_indices, self.source.fps
+        )
         path = self.root / DATA_PATH.format(episode_chunk=chunk, episode_index=index)
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table(columns, schema=DATA_SCHEMA), path, compression="snappy")
+        pq.write_table(pa.table(columns, schema=self.schema), path, compression="snappy")
+        numeric = [name for name in self.schema.names if name not in (STATE_FEATURE, ACTION_KEY)]
         stats = {
-            STATE_FEATURE: feature_stats(episode.states),
+            STATE_FEATURE: feature_stats(states),
             ACTION_KEY: feature_stats(episode.actions),
-            **{
-                name: feature_stats(columns[name].to_numpy())
-                for name in ("timestamp", ANNOTATION_COLUMN, *INDEX_COLUMNS)
-            },
+            **{name: feature_stats(columns[name].to_numpy()) for name in numeric},
         }
+        self.columns.add(STATE_FEATURE, states)
+        self.columns.add(ACTION_KEY, episode.actions)
+        for name in numeric:
+            self.columns.add(name, columns[name].to_numpy())
         for camera in self.source.cameras:
             key = video_key(camera.name)
             pixels = [decode_jpeg(frame, camera) for frame in episode.frames[camera.name]]
@@ -241,11 +302,21 @@ class _Gr00tWriter:
                 video.append(pixels)
             finally:
                 video.close()
+        row: dict[str, Any] = {
+            # the tasks its frames' task_index use (LeRobot's meaning); paraphrases apart
+            "tasks": [episode.record.instruction],
+            "length": episode.length,
+        }
+        paraphrases = episode.texts()[1:]
+        if paraphrases:
+            row["paraphrases"] = paraphrases
+        if subtask_texts is not None:
+            # GR00T N1.6's episode sub_tasks (its "sub_task" language key): end exclusive
+            row["sub_tasks"] = _spans(subtask_texts)
         self.episodes.append(
             {
                 "episode_index": index,
-                "tasks": texts,
-                "length": episode.length,
+                **row,
                 "demofactory_episode_index": episode.record.index,
                 "demofactory_seed": episode.record.seed,
                 # the robot of a mixed-robot dataset's episode (info.json's robot_type joins all)
@@ -256,21 +327,46 @@ class _Gr00tWriter:
         self.frames += episode.length
 
 
+def _spans(texts: Sequence[str]) -> list[dict[str, Any]]:
+    """Per-frame texts -> runs of one text: {"start", "end" (exclusive), "text"}."""
+    spans: list[dict[str, Any]] = []
+    for t, text in enumerate(texts):
+        if spans and spans[-1]["text"] == text:
+            spans[-1]["end"] = t + 1
+        else:
+            spans.append({"start": t, "end": t + 1, "text": text})
+    return spans
+
+
 def _columns(
-    episode: SourceEpisode, episode_index: int, first_index: int, task_index: int, fps: int
+    episode: SourceEpisode,
+    states: np.ndarray,
+    episode_index: int,
+    first_index: int,
+    task_index: int,
+    subtask_indices: np.ndarray | None,
+    fps: int,
 ) -> dict[str, pa.Array]:
     steps = np.arange(episode.length, dtype=np.int64)
     tasks = np.full(episode.length, task_index, dtype=np.int64)
-    return {
-        STATE_FEATURE: _list_column(episode.states),
+    columns = {
+        STATE_FEATURE: _list_column(states),
         ACTION_KEY: _list_column(episode.actions),
-        "timestamp": pa.array((steps / fps).astype(np.float32)),
+        # float64 frame_index / fps: round(t * fps) == frame_index exactly
+        "timestamp": pa.array(steps / np.float64(fps)),
         ANNOTATION_COLUMN: pa.array(tasks),
-        "frame_index": pa.array(steps),
-        "episode_index": pa.array(np.full(episode.length, episode_index, dtype=np.int64)),
-        "index": pa.array(first_index + steps),
-        "task_index": pa.array(tasks),
     }
+    if subtask_indices is not None:
+        columns[SUBTASK_COLUMN] = pa.array(subtask_indices)
+    columns.update(
+        {
+            "frame_index": pa.array(steps),
+            "episode_index": pa.array(np.full(episode.length, episode_index, dtype=np.int64)),
+            "index": pa.array(first_index + steps),
+            "task_index": pa.array(tasks),
+        }
+    )
+    return columns
 
 
 def _list_column(values: np.ndarray) -> pa.Array:
@@ -307,7 +403,9 @@ def _write_meta(
         ],
     )
     _jsonl(meta / "tasks.jsonl", [{"task_index": i, "task": t} for t, i in writer.tasks.items()])
-    gr00t_stats = stats_to_json(aggregate_stats(writer.episodes_stats))
+    # GR00T's keys only, over every frame (N1.5 slices each stat per modality: LeRobot's count
+    # [1] and q10/q50/q90 broke it); quantiles exact, not averages of the episodes' own
+    gr00t_stats = {key: writer.columns.gr00t_stats(key) for key in writer.columns.keys()}
     (meta / "stats.json").write_text(dumps_json(gr00t_stats, indent=4) + "\n", encoding="utf-8")
     (meta / "modality.json").write_text(dumps_json(modality, indent=4) + "\n", encoding="utf-8")
     info = _info(source, writer, embodiment)
@@ -325,13 +423,20 @@ def _info(source: Source, writer: _Gr00tWriter, embodiment: str) -> dict[str, An
             "shape": [height, width, 3],
             "names": ["height", "width", "channels"],
             # LeRobot v2.1 (and GR00T's demo data) name the depth flag video.is_depth_map
-            "info": {**probe_video(first, writer.codec), "video.is_depth_map": False},
+            "info": {
+                **probe_video(first, codec=writer.codec),
+                "video.video_backend": VIDEO_BACKEND,
+                "video.is_depth_map": False,
+            },
         }
-    for key, layout in ((STATE_FEATURE, source.state_layout), (ACTION_KEY, source.action_layout)):
+    state_layout = gr00t_state_layout(source.state_layout)
+    for key, layout in ((STATE_FEATURE, state_layout), (ACTION_KEY, source.action_layout)):
         names = [name if size == 1 else f"{name}_{i}" for name, size in layout for i in range(size)]
         features[key] = {"dtype": "float32", "shape": [len(names)], "names": names}
-    features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
+    features["timestamp"] = {"dtype": TIMESTAMP_DTYPE, "shape": [1], "names": None}
     features[ANNOTATION_COLUMN] = {"dtype": "int64", "shape": [1], "names": None}
+    if writer.subtasks:
+        features[SUBTASK_COLUMN] = {"dtype": "int64", "shape": [1], "names": None}
     for name in INDEX_COLUMNS:
         features[name] = {"dtype": "int64", "shape": [1], "names": None}
     episodes = len(writer.episodes)

@@ -71,14 +71,18 @@ from shards.export_source import (
     check_out_dir,
     check_video_codec,
     decode_jpeg,
+    frame_subtasks,
+    has_subtasks,
     load_source,
     read_episodes,
     staged_export,
 )
 from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, segmentation_bits
+from shards.global_stats import FrameColumns, PixelCounts
 from shards.lerobot_meta import (
     CODEBASE_VERSION,
     DATA_PATH,
+    SUBTASK_FEATURE,
     VIDEO_PATH,
     Stats,
     data_schema,
@@ -86,11 +90,13 @@ from shards.lerobot_meta import (
     episode_stats_columns,
     feature_stats,
     image_stats,
+    sampled_frames,
     segmentation_key,
     video_key,
     write_meta,
 )
 from shards.lerobot_video import VideoFile, even
+from shards.quaternions import make_continuous
 from shards.stats import load_stats
 
 # ---------------------------------------------------------------- the export
@@ -182,6 +188,10 @@ class _LeRobotWriter:
         self.root, self.source, self.chunk_size, self.codec = root, source, chunk_size, codec
         self.data_limit, self.video_limit = data_mb * 2**20, video_mb * 2**20
         self.tasks: dict[str, int] = {}  # instruction -> task_index, in order of first use
+        self.subtasks = any(has_subtasks(record) for record in source.records)
+        self.frame_columns = FrameColumns()  # for meta/stats.json's quantiles over all frames
+        self.pixel_counts = PixelCounts()
+        self.pixel_scales: dict[str, float] = {}
         self.episodes: list[dict[str, Any]] = []
         self.frames = 0
         self.files = 0  # data files opened so far; the current one is number files - 1
@@ -199,19 +209,26 @@ class _LeRobotWriter:
         if self._data is None or self._full():
             self._next_files()
         chunk, file = self._chunk_file()
-        texts = episode.texts()  # the instruction, then its paraphrases
-        for text in texts:
-            self.tasks.setdefault(text, len(self.tasks))
-        task_index = self.tasks[episode.record.instruction]
+        # the tasks its frames use (LeRobot's meaning): split and merge rebuild from them
+        task_index = self.tasks.setdefault(episode.record.instruction, len(self.tasks))
+        # quaternions in the hemisphere of the step before: no q -> -q jumps
+        states = make_continuous(episode.states, self.source.state_layout)
+        subtasks = frame_subtasks(episode) if self.subtasks else None
         table = _frame_table(
-            episode, self.source, self.schema, len(self.episodes), self.frames, task_index
+            episode,
+            states,
+            subtasks,
+            self.source,
+            self.schema,
+            (len(self.episodes), self.frames, task_index),
         )
         self._data.write_table(table)
         self._data_bytes += table.nbytes
-        stats = _column_stats(episode, self.source, table)
+        stats = _column_stats(episode, states, self.source, table, self)
         row: dict[str, Any] = {
             "episode_index": len(self.episodes),
-            "tasks": texts,
+            "tasks": [episode.record.instruction],
+            "paraphrases": episode.texts()[1:],  # the spec's other phrasings, a column apart
             "length": episode.length,
             "data/chunk_index": chunk,
             "data/file_index": file,
@@ -222,6 +239,7 @@ class _LeRobotWriter:
             key = video_key(camera.name)
             pixels = [decode_jpeg(frame, camera) for frame in episode.frames[camera.name]]
             stats[key] = image_stats(pixels)
+            self._count_pixels(key, pixels, 255.0)
             start, end = self._videos[key].append(pixels)
             row.update(
                 {
@@ -244,6 +262,10 @@ class _LeRobotWriter:
         )
         self.episodes.append(row)
         self.frames += episode.length
+
+    def _count_pixels(self, key: str, frames, scale: float) -> None:
+        self.pixel_counts.add(key, sampled_frames(frames))
+        self.pixel_scales[key] = scale
 
     def close(self) -> None:
         """Finish the current data file and videos."""
@@ -278,15 +300,17 @@ class _LeRobotWriter:
 
 def _frame_table(
     episode: SourceEpisode,
+    states: np.ndarray,
+    subtasks: list[str] | None,
     source: Source,
     schema: pa.Schema,
-    episode_index: int,
-    first_index: int,
-    task_index: int,
+    indices: tuple[int, int, int],
 ) -> pa.Table:
+    """indices: the episode's index, its first frame's global index, its task_index."""
+    episode_index, first_index, task_index = indices
     steps = np.arange(episode.length, dtype=np.int64)
     columns = {
-        "observation.state": _list_column(episode.states),
+        "observation.state": _list_column(states),
         ACTION_KEY: _list_column(episode.actions),
     }
     for camera in source.cameras:
@@ -294,6 +318,8 @@ def _frame_table(
             columns[depth_key(camera.name)] = _png_column(episode.depth[camera.name])
         if camera.segmentation != "none":
             columns[segmentation_key(camera.name)] = _png_column(episode.segmentation[camera.name])
+    if subtasks is not None:
+        columns[SUBTASK_FEATURE] = pa.array(subtasks, pa.string())
     columns.update(
         {
             "timestamp": pa.array((steps / source.fps).astype(np.float32)),
@@ -306,24 +332,37 @@ def _frame_table(
     return pa.table(columns, schema=schema)
 
 
-def _column_stats(episode: SourceEpisode, source: Source, table: pa.Table) -> dict[str, Stats]:
-    """Statistics of the episode's parquet columns (LeRobot computes them for every feature)."""
+def _column_stats(
+    episode: SourceEpisode,
+    states: np.ndarray,
+    source: Source,
+    table: pa.Table,
+    writer: _LeRobotWriter,
+) -> dict[str, Stats]:
+    """Statistics of the episode's parquet columns (LeRobot computes them for every feature
+    but text); every frame's values and sampled pixels also go to `writer`'s accumulators."""
     stats = {
-        "observation.state": feature_stats(episode.states),
+        "observation.state": feature_stats(states),
         ACTION_KEY: feature_stats(episode.actions),
     }
+    writer.frame_columns.add("observation.state", states)
+    writer.frame_columns.add(ACTION_KEY, episode.actions)
     for name in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
-        stats[name] = feature_stats(table.column(name).to_numpy())
+        values = table.column(name).to_numpy()
+        stats[name] = feature_stats(values)
+        writer.frame_columns.add(name, values)
     # Depth keeps millimetres (LeRobot leaves depth unscaled); 8-bit labels / 255, as LeRobot's
     # loader (ToTensor) gives them; 16-bit labels as they are.
     for camera in source.cameras:
         if camera.depth:
             planes = [_png_plane(data) for data in episode.depth[camera.name]]
             stats[depth_key(camera.name)] = image_stats(planes, 1.0)
+            writer._count_pixels(depth_key(camera.name), planes, 1.0)
         if camera.segmentation != "none":
             planes = [_png_plane(data) for data in episode.segmentation[camera.name]]
             scale = 255.0 if segmentation_bits(camera.segmentation) == 8 else 1.0
             stats[segmentation_key(camera.name)] = image_stats(planes, scale)
+            writer._count_pixels(segmentation_key(camera.name), planes, scale)
     return stats
 
 

@@ -113,6 +113,40 @@ class SourceEpisode:
         return list(dict.fromkeys([self.record.instruction, *found]))
 
 
+def has_subtasks(record: EpisodeRecord) -> bool:
+    """Whether the episode's provenance gives its subtasks' instructions."""
+    return bool(record.provenance.get("subtask_instructions"))
+
+
+def frame_subtasks(episode: SourceEpisode) -> list[str]:
+    """Each frame's subtask instruction: provenance ``subtask_instructions`` (per spec subtask)
+    at the steps provenance ``subtask_starts`` ([subtask, first step], in execution order)
+    gives; the episode's instruction for an episode without them, or before the first start."""
+    record = episode.record
+    texts = record.provenance.get("subtask_instructions") or []
+    starts = record.provenance.get("subtask_starts") or []
+    where = f"episodes.jsonl: episode {record.index}'s provenance"
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise DatasetError(
+            f"{where} 'subtask_instructions' must be a list of strings, got {texts!r}"
+        )
+    out = [record.instruction] * episode.length
+    if not texts:
+        return out
+    for position, entry in enumerate(starts):
+        try:
+            subtask, first = int(entry[0]), int(entry[1])
+            text = texts[subtask]
+        except (TypeError, ValueError, IndexError):
+            raise DatasetError(
+                f"{where} 'subtask_starts'[{position}] must be [subtask index < "
+                f"{len(texts)}, first step], got {entry!r}"
+            ) from None
+        for t in range(max(first, 0), episode.length):
+            out[t] = text
+    return out
+
+
 def load_source(dataset_dir: Path) -> Source:
     """Read and check a dataset's metadata for export; a problem raises `DatasetError` naming the
     file (`ExportError` when there is no dataset there, or nothing in it to export)."""

@@ -22,14 +22,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shards.export_source import Source
+from shards.export_source import Source, has_subtasks
 from shards.format import ACTION_KEY, dumps_json
+from shards.global_stats import FrameColumns, PixelCounts
 from shards.lerobot_stats import (  # noqa: F401 - also for the other exports, from here
+    QUANTILE_KEYS,
+    QUANTILES,
     Stats,
     aggregate_stats,
     episode_stats_columns,
     feature_stats,
     image_stats,
+    sampled_frames,
     stats_to_json,
 )
 from shards.lerobot_video import probe_video
@@ -43,6 +47,7 @@ INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 
 INDEX_COLUMNS = ("frame_index", "episode_index", "index", "task_index")
+SUBTASK_FEATURE = "subtask"  # the frame's subtask instruction (spec subtasks[i].instruction)
 
 
 def video_key(camera: str) -> str:
@@ -87,6 +92,10 @@ def frame_features(source: Source) -> dict[str, dict[str, Any]]:
                 "names": image_names,
                 "info": {"is_depth_map": False, "segmentation": camera.segmentation},
             }
+    if any(has_subtasks(record) for record in source.records):
+        # the frame's subtask instruction: a second task column, as text (LeRobot's string
+        # feature), so that split and merge, which renumber task_index, leave it right
+        features[SUBTASK_FEATURE] = {"dtype": "string", "shape": [1], "names": None}
     features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
     for name in INDEX_COLUMNS:
         features[name] = {"dtype": "int64", "shape": [1], "names": None}
@@ -111,6 +120,8 @@ def data_schema(source: Source) -> pa.Schema:
     for key, feature in frame_features(source).items():
         if feature["dtype"] == "image":
             type_ = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        elif feature["dtype"] == "string":
+            type_ = pa.string()
         elif list(feature["shape"]) == [1]:
             type_ = pa.from_numpy_dtype(np.dtype(feature["dtype"]))
         else:
@@ -163,21 +174,41 @@ class WrittenFiles(Protocol):
     codec: str  # the videos' encoder
     video_sizes: Mapping[str, tuple[int, int]]  # video key -> (width, height), even
     episode_stats: Sequence[Mapping[str, Stats]]  # per episode: feature -> its statistics
+    frame_columns: FrameColumns  # every frame of the vector and scalar features
+    pixel_counts: PixelCounts  # the sampled pixels of the image features, counted
+    pixel_scales: Mapping[str, float]  # image feature -> what its pixels are divided by
 
 
 def write_meta(root: Path, source: Source, writer: WrittenFiles) -> None:
     """meta/episodes, meta/tasks.parquet, meta/stats.json and meta/info.json under `root`.
 
-    meta/stats.json aggregates the episodes' statistics as LeRobot does (`aggregate_stats`)."""
+    meta/stats.json aggregates the episodes' statistics as LeRobot does (`aggregate_stats`),
+    with the quantiles computed over all frames (the sampled pixels for images) instead of
+    averaged over the episodes."""
     (root / "meta").mkdir(parents=True, exist_ok=True)
     episodes_path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
     episodes_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(writer.episodes), episodes_path)
     pq.write_table(_tasks_table(writer.tasks), root / TASKS_PATH)
-    lerobot_stats = stats_to_json(aggregate_stats(writer.episode_stats))
+    lerobot_stats = stats_to_json(global_quantiles(aggregate_stats(writer.episode_stats), writer))
     (root / STATS_PATH).write_text(dumps_json(lerobot_stats, indent=4) + "\n", encoding="utf-8")
     info = _info(source, writer)
     (root / INFO_PATH).write_text(dumps_json(info, indent=4) + "\n", encoding="utf-8")
+
+
+def global_quantiles(stats: dict[str, Stats], writer: WrittenFiles) -> dict[str, Stats]:
+    """`stats` with q01..q99 of every feature replaced by exact quantiles over all frames."""
+    qs = dict(zip(QUANTILE_KEYS, QUANTILES, strict=True))
+    for key in writer.frame_columns.keys():
+        if key in stats:
+            found = writer.frame_columns.quantiles(key, list(qs.values()))
+            stats[key].update({name: found[q] for name, q in qs.items()})
+    for key in writer.pixel_counts.keys():
+        if key in stats:
+            scale = writer.pixel_scales[key]
+            found = writer.pixel_counts.quantiles(key, list(qs.values()), scale)
+            stats[key].update({name: found[q].reshape(-1, 1, 1) for name, q in qs.items()})
+    return stats
 
 
 def _tasks_table(tasks: Mapping[str, int]) -> pa.Table:

@@ -13,7 +13,8 @@ Same arithmetic as LeRobot: values in float32 (float64 for integer columns); qua
 every quantile is the mean. Images: LeRobot's frame sampling (all frames up to 100, then
 ~T^0.75), frames downsampled past 300 pixels, RGB divided by 255 (depth keeps its units).
 Aggregation: count-weighted mean, pooled variance, min of mins, max of maxes, and
-count-weighted quantiles (as LeRobot's ``aggregate_stats``: an approximation for quantiles).
+count-weighted quantiles (as LeRobot's ``aggregate_stats``: an approximation for quantiles;
+the exports replace those with exact ones over all frames, `shards.global_stats`).
 
 Also used by the GR00T export (`shards.export_gr00t`); names here are kept stable.
 """
@@ -43,6 +44,11 @@ def feature_stats(values: np.ndarray) -> Stats:
     return _stats(rows, len(values))
 
 
+def sampled_frames(frames: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The frames image statistics are computed from: LeRobot's sample, each downsampled."""
+    return [downsample(np.asarray(frames[i])) for i in sample_indices(len(frames))]
+
+
 def image_stats(frames: Sequence[np.ndarray], scale: float = 255.0) -> Stats:
     """Per-channel statistics of an episode's [H, W, C] frames, as LeRobot's image statistics.
 
@@ -50,7 +56,7 @@ def image_stats(frames: Sequence[np.ndarray], scale: float = 255.0) -> Stats:
     values are divided by `scale` (255 for RGB: [0, 1]; 1 for depth: its own units). Arrays
     are [C, 1, 1]; count is the number of frames sampled.
     """
-    picked = [downsample(np.asarray(frames[i])) for i in sample_indices(len(frames))]
+    picked = sampled_frames(frames)
     stack = np.stack([p.reshape(p.shape[0], p.shape[1], -1) for p in picked])  # [N, H, W, C]
     stats = _stats(stack.reshape(-1, stack.shape[-1]), len(picked))
     return {

@@ -86,7 +86,8 @@ def test_gr00t_info_is_v2_1(gr00t):
     features = info["features"]
     assert features["observation.state"]["shape"] == [9]
     assert features["observation.state"]["names"][:4] == ["eef_pos_0", "eef_pos_1", "eef_pos_2",
-                                                          "eef_quat_xyzw_0"]  # fmt: skip
+                                                          "eef_quat_wxyz_0"]  # fmt: skip
+    assert features["timestamp"]["dtype"] == "float64"
     assert features["action"]["names"][-1] == "gripper" and features["action"]["shape"] == [7]
     assert features["annotation.human.task_description"]["dtype"] == "int64"
     for camera, (width, height) in CAMERAS.items():
@@ -99,7 +100,10 @@ def test_gr00t_modality_json_splits_the_layouts(gr00t):
     out, _ = gr00t
     modality = _meta(out, "modality.json")
     assert set(modality) == {"state", "action", "video", "annotation"}
-    for part, layout, dim in (("state", STATE_LAYOUT, 9), ("action", ACTION_LAYOUT, 7)):
+    state_layout = [
+        ("eef_quat_wxyz", n) if k == "eef_quat_xyzw" else (k, n) for k, n in STATE_LAYOUT
+    ]
+    for part, layout, dim in (("state", state_layout, 9), ("action", ACTION_LAYOUT, 7)):
         entries = modality[part]
         by_start = sorted(entries, key=lambda name: entries[name]["start"])
         assert by_start == [name for name, _ in layout]  # the file's keys are sorted
@@ -112,7 +116,7 @@ def test_gr00t_modality_json_splits_the_layouts(gr00t):
     for entry in [*modality["state"].values(), *modality["action"].values()]:
         assert set(entry) <= SCHEMA_FIELDS  # GR00T's LeRobotStateActionMetadata
         assert entry.get("rotation_type", "axis_angle") in ROTATION_TYPES
-    assert modality["state"]["eef_quat_xyzw"]["rotation_type"] == "quaternion"
+    assert modality["state"]["eef_quat_wxyz"]["rotation_type"] == "quaternion"
     assert "rotation_type" not in modality["state"]["eef_pos"]
     action = modality["action"]
     assert action["delta_axis_angle"]["rotation_type"] == "axis_angle"
@@ -133,21 +137,29 @@ def test_gr00t_rows_equal_the_shards(gr00t, dataset):  # noqa: F811
         table = pq.read_table(out / f"data/chunk-{n // 2:03d}/episode_{n:06d}.parquet")
         assert table.schema.field("observation.state").type == pa.list_(pa.float32())
         assert table.schema.field("action").type == pa.list_(pa.float32())
-        assert table.schema.field("timestamp").type == pa.float32()
+        assert table.schema.field("timestamp").type == pa.float64()
         for name in ("annotation.human.task_description", "task_index", "frame_index",
                      "episode_index", "index"):  # fmt: skip
             assert table.schema.field(name).type == pa.int64()
         states = np.array(table.column("observation.state").to_pylist(), dtype=np.float32)
         actions = np.array(table.column("action").to_pylist(), dtype=np.float32)
-        assert states.tobytes() == source.states.astype(np.float32).tobytes()
+        # quaternion (state [3, 7)) scalar-first, the rest bit for bit
+        wanted = source.states.astype(np.float32)
+        keep = [0, 1, 2, 7, 8]
+        assert states[:, keep].tobytes() == wanted[:, keep].tobytes()
+        quat = states[:, 3:7]
+        wxyz = wanted[:, 3:7][:, [3, 0, 1, 2]]
+        sign = np.sign(np.einsum("ij,ij->i", quat, wxyz))
+        assert np.all(sign != 0) and np.array_equal(quat, wxyz * sign[:, None])  # q or -q
+        assert np.all(np.einsum("ij,ij->i", quat[1:], quat[:-1]) >= 0)  # no sign flip
         assert actions.tobytes() == source.actions.astype(np.float32).tobytes()
         steps = np.arange(source.length)
         assert table.column("frame_index").to_pylist() == steps.tolist()
         assert table.column("index").to_pylist() == (first + steps).tolist()
         assert table.column("episode_index").to_pylist() == [n] * source.length
-        np.testing.assert_array_equal(
-            table.column("timestamp").to_numpy(), (steps / FPS).astype(np.float32)
-        )
+        times = table.column("timestamp").to_numpy()
+        np.testing.assert_array_equal(times, steps / FPS)
+        assert np.array_equal(np.round(times * FPS).astype(int), steps)
         task = tasks[source.instruction]
         assert table.column("annotation.human.task_description").to_pylist() == [task] * len(steps)
         assert table.column("task_index").to_pylist() == [task] * source.length
@@ -171,13 +183,14 @@ def test_gr00t_tasks_episodes_and_stats(gr00t, dataset):  # noqa: F811
     states = np.concatenate([ep.states for ep in everything]).astype(np.float32)
     np.testing.assert_allclose(stats["action"]["mean"], actions.mean(axis=0), rtol=1e-5)
     np.testing.assert_allclose(stats["action"]["min"], actions.min(axis=0))
-    np.testing.assert_allclose(stats["observation.state"]["max"], states.max(axis=0))
-    for key in ("observation.state", "action"):
-        assert set(stats[key]) >= {"mean", "std", "min", "max", "q01", "q99", "count"}
-        assert stats[key]["count"] == [16]
-    for camera in CAMERAS:
-        image = stats[f"observation.images.{camera}"]
-        assert np.array(image["mean"]).shape == (3, 1, 1) and image["count"] == [16]
+    np.testing.assert_allclose(stats["observation.state"]["max"][:3], states.max(axis=0)[:3])
+    # global quantiles over all 16 frames, as GR00T's calculate_dataset_statistics computes them
+    values = actions.astype(np.float64)
+    np.testing.assert_allclose(stats["action"]["q01"], np.quantile(values, 0.01, axis=0))
+    np.testing.assert_allclose(stats["action"]["q99"], np.quantile(values, 0.99, axis=0))
+    for key in stats:  # GR00T's keys only (N1.5 slices every one per modality)
+        assert set(stats[key]) == {"mean", "std", "min", "max", "q01", "q99"}
+    assert "observation.images.hand" not in stats
     per_episode = _meta(out, "episodes_stats.jsonl")
     assert [row["episode_index"] for row in per_episode] == [0, 1, 2]
     for row, source in zip(per_episode, everything, strict=True):
@@ -215,17 +228,15 @@ def test_lerobot_paraphrases_become_tasks(tmp_path):
     export_lerobot(_with_paraphrases(tmp_path / "tiny"), tmp_path / "out")
     out = tmp_path / "out"
     tasks = pq.read_table(out / "meta/tasks.parquet").to_pydict()
-    assert dict(zip(tasks["task"], tasks["task_index"], strict=True)) == {
-        LIFT: 0,
-        PICK: 1,
-        "grab the red cube": 2,
-    }
+    # only the tasks frames use (LeRobot's split and merge rebuild tasks from them)
+    assert dict(zip(tasks["task"], tasks["task_index"], strict=True)) == {LIFT: 0, PICK: 1}
     episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pydict()
-    assert episodes["tasks"] == [[LIFT], [PICK, "grab the red cube"], [LIFT]]
+    assert episodes["tasks"] == [[LIFT], [PICK], [LIFT]]
+    assert episodes["paraphrases"] == [[], ["grab the red cube"], []]
     frames = pq.read_table(out / "data/chunk-000/file-000.parquet").to_pydict()
     by_episode = dict(zip(frames["episode_index"], frames["task_index"], strict=True))
     assert by_episode == {0: 0, 1: 1, 2: 0}  # frames carry the instruction, not a paraphrase
-    assert json.loads((out / "meta/info.json").read_text())["total_tasks"] == 3
+    assert json.loads((out / "meta/info.json").read_text())["total_tasks"] == 2
 
 
 def test_gr00t_paraphrases_become_tasks(tmp_path):
@@ -233,9 +244,10 @@ def test_gr00t_paraphrases_become_tasks(tmp_path):
     export_gr00t(root, tmp_path / "out")
     out = tmp_path / "out"
     tasks = _meta(out, "tasks.jsonl")
-    assert [t["task"] for t in tasks] == [LIFT, PICK, "grab the red cube"]
+    assert [t["task"] for t in tasks] == [LIFT, PICK]  # the tasks frames use
     episodes = _meta(out, "episodes.jsonl")
-    assert [e["tasks"] for e in episodes] == [[LIFT], [PICK, "grab the red cube"], [LIFT]]
+    assert [e["tasks"] for e in episodes] == [[LIFT], [PICK], [LIFT]]
+    assert [e.get("paraphrases") for e in episodes] == [None, ["grab the red cube"], None]
     table = pq.read_table(out / "data/chunk-000/episode_000001.parquet")
     assert set(table.column("annotation.human.task_description").to_pylist()) == {1}
 
@@ -256,6 +268,7 @@ def test_gr00t_low_dimensional_dataset_has_no_videos(tmp_path):
     [
         (lambda d, tmp: export_gr00t(d, _non_empty(tmp)), "not empty"),
         (lambda d, tmp: export_gr00t(d, tmp / "out", embodiment="New Robot"), "embodiment"),
+        (lambda d, tmp: export_gr00t(d, tmp / "out", embodiment="genie1_gripper"), "embodiment"),
         (lambda d, tmp: export_gr00t(d, tmp / "out", chunk_size=0), "chunk_size must be"),
         (lambda d, tmp: export_gr00t(d, tmp / "out", video_codec="nosuchcodec"), "video_codec"),
         (lambda d, tmp: export_gr00t(tmp / "nowhere", tmp / "out"), "no such dataset directory"),
@@ -271,12 +284,30 @@ def test_gr00t_export_through_the_cli(dataset, tmp_path, capsys):  # noqa: F811
     from factory.cli import main
 
     out = tmp_path / "gr00t"
-    argv = ["export", str(dataset[0]), "--to", "gr00t", str(out), "--embodiment", "panda_lift"]
+    argv = ["export", str(dataset[0]), "--to", "gr00t", str(out), "--embodiment", "oxe_droid"]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["embodiment"] == "panda_lift" and summary["episodes"] == 3
-    assert _meta(out, "info.json")["embodiment_tag"] == "panda_lift"
+    assert summary["embodiment"] == "oxe_droid" and summary["episodes"] == 3
+    info = _meta(out, "info.json")
+    assert info["embodiment_tag"] == "oxe_droid"
     assert (out / "meta" / "modality.json").is_file()
+    video = info["features"]["observation.images.hand"]["info"]
+    assert video["video.video_backend"] == "torchcodec"  # a backend GR00T knows
+
+
+def test_gr00t_unknown_embodiment_is_one_line_exit_2(dataset, tmp_path):  # noqa: F811
+    import subprocess
+    import sys
+
+    out = tmp_path / "gr00t"
+    argv = ["export", str(dataset[0]), "--to", "gr00t", str(out), "--embodiment", "panda_lift"]
+    done = subprocess.run(
+        [sys.executable, "-m", "factory.cli", *argv], capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--embodiment" in lines[0] and "new_embodiment" in lines[0]
+    assert not out.exists()
 
 
 def test_gr00t_a_shard_that_disagrees_fails_and_leaves_nothing(tmp_path):

@@ -20,7 +20,13 @@ from shards import Episode
 from shards.dataset import write_dataset
 from shards.export_lerobot import export_lerobot
 from shards.format import encode_depth_png, encode_segmentation_png
-from shards.lerobot_stats import QUANTILE_KEYS, STAT_KEYS, aggregate_stats, feature_stats
+from shards.lerobot_stats import (
+    QUANTILE_KEYS,
+    QUANTILES,
+    STAT_KEYS,
+    aggregate_stats,
+    feature_stats,
+)
 from shards.metadata import camera_entry
 from tests.test_exports import (
     ACTION_LAYOUT,
@@ -75,7 +81,7 @@ def test_episodes_hold_stats_columns_for_every_feature(lerobot, dataset):  # noq
             assert stats["count"].tolist() == [source.length], key
             if feature["dtype"] == "video":
                 continue
-            values = np.array(part.column(key).to_pylist())
+            values = np.array(part.column(key).to_pylist(), dtype=feature["dtype"])
             flat = values.reshape(source.length, -1).astype(np.float64)
             assert stats["min"].tolist() == flat.min(axis=0).tolist(), key
             assert stats["max"].tolist() == flat.max(axis=0).tolist(), key
@@ -108,7 +114,18 @@ def test_image_stats_per_channel_in_unit_range(lerobot, dataset):  # noqa: F811
             assert np.allclose(stats["min"].reshape(3), frames.min(axis=(0, 1, 2)))
 
 
-def test_stats_json_aggregates_the_episodes_as_lerobot(lerobot):  # noqa: F811
+def _every_frame(out: Path, key: str, feature: dict, dataset) -> np.ndarray:  # noqa: F811
+    """[N, D] values of a feature over all frames: video pixels from the source JPEGs (every
+    frame is sampled at these lengths), / 255, one row a pixel."""
+    if feature["dtype"] == "video":
+        camera = key.removeprefix("observation.images.")
+        frames = [_unjpeg(j) for ep in _in_order(dataset[1]) for j in ep.images[camera]]
+        return np.concatenate([f.reshape(-1, 3) for f in frames]).astype(np.float64) / 255.0
+    values = np.array(_data(out).column(key).to_pylist(), dtype=feature["dtype"])
+    return values.reshape(len(values), -1).astype(np.float64)
+
+
+def test_stats_json_aggregates_the_episodes_as_lerobot(lerobot, dataset):  # noqa: F811
     out, _ = lerobot
     stats = json.loads((out / "meta" / "stats.json").read_text())
     features = _info(out)["features"]
@@ -121,9 +138,13 @@ def test_stats_json_aggregates_the_episodes_as_lerobot(lerobot):  # noqa: F811
         weights = counts.reshape((-1,) + (1,) * parts[0]["mean"].ndim) / counts.sum()
         mean = sum(w * p["mean"] for w, p in zip(weights, parts, strict=True))
         assert np.allclose(stats[key]["mean"], mean), key
-        for q in QUANTILE_KEYS:  # LeRobot's rule: count-weighted episode quantiles
-            expected = sum(w * p[q] for w, p in zip(weights, parts, strict=True))
-            assert np.allclose(stats[key][q], expected), (key, q)
+        every = _every_frame(out, key, features[key], dataset)
+        for q, level in zip(QUANTILE_KEYS, QUANTILES, strict=True):
+            # over all frames (numpy's linear rule), not LeRobot's count-weighted average of the
+            # episodes' quantiles
+            expected = np.quantile(every, level, axis=0)
+            found = np.array(stats[key][q]).reshape(expected.shape)
+            assert np.allclose(found, expected, atol=1e-6), (key, q)
         assert np.array_equal(stats[key]["min"], np.min([p["min"] for p in parts], axis=0))
         assert np.array_equal(stats[key]["max"], np.max([p["max"] for p in parts], axis=0))
         assert stats[key]["count"] == [16]
