@@ -201,6 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="new_embodiment",
         help="gr00t: the embodiment tag recorded in meta/info.json (default new_embodiment)",
     )
+    p.add_argument(
+        "--actions",
+        action="append",
+        metavar="SPACES",
+        help="lerobot, gr00t: the action spaces written side by side in `action`, "
+        "comma-separated or repeated: delta_eef (the shards' OSC deltas, the default), abs_eef, "
+        "joint_pos; each relabeling is replayed and reported in meta/action_spaces.json "
+        "(docs/action_spaces.md)",
+    )
 
     p = sub.add_parser("verify", help="check shards against the manifest, episodes and stats")
     p.add_argument("dataset", type=_dataset_location)
@@ -694,7 +703,15 @@ def cmd_preview(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from factory.action_spaces import DEFAULT_ACTIONS, parse_action_spaces
+
     options = {}
+    spaces = parse_action_spaces(args.actions)  # checked before anything is read
+    if spaces != DEFAULT_ACTIONS and args.to == "robomimic":
+        raise UserError(
+            f"--actions: the robomimic export writes the shards' delta_eef actions only, got "
+            f"{','.join(spaces)}; use --to lerobot or --to gr00t"
+        )
     if args.to == "lerobot":
         from shards.export_lerobot import export_lerobot as export
     elif args.to == "gr00t":
@@ -709,7 +726,17 @@ def cmd_export(args) -> int:
         check_can_create(args.out, "out")
     else:
         _check_output_file(args.out, "out")
-    summary = export(_local_dataset(args.dataset), args.out, **options)
+    dataset = _local_dataset(args.dataset)
+    if spaces != DEFAULT_ACTIONS:
+        from factory.action_spaces import SceneRelabeler
+
+        options["actions"] = SceneRelabeler(dataset, spaces)
+    summary = export(dataset, args.out, **options)
+    if "actions" in options:
+        summary["action_spaces"] = {
+            name: entry.get("replay")
+            for name, entry in options["actions"].report()["spaces"].items()
+        }
     print(
         json.dumps(
             {k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}, default=str

@@ -41,12 +41,14 @@ TOUCH_MARGIN = 0.003
 logging.getLogger("robosuite_logs").addFilter(lambda record: record.levelno >= logging.ERROR)
 
 
-def make_env(task: TaskSpec, model_seed: int = 0, **scene):
+def make_env(task: TaskSpec, model_seed: int = 0, arm: dict | None = None, **scene):
     """A robosuite env for generation: no cameras, no renderer, deterministic resets.
 
     robosuite draws some object sizes (Lift's cube) from the env's RNG when it builds
     the model; a fixed seed gives every worker the same model, hence the same physics.
     `scene`: the arguments of a spec's `scene:` env (`factory.scene_build.env_kwargs`).
+    `arm`: another arm controller's part config (`factory.action_spaces`: the replay of an
+    absolute action space): merged into the default one of the same type, else replacing it.
     """
     import robosuite
     from robosuite.controllers import load_composite_controller_config
@@ -56,6 +58,13 @@ def make_env(task: TaskSpec, model_seed: int = 0, **scene):
     gripper_fixes.install()  # robosuite's Robotiq 85 with its finger linkage closed (#772)
     arm_fixes.install()  # IIWA's controller frame on a fixed link, not its first moving one
     controller = load_composite_controller_config(controller="BASIC", robot=task.robot)
+    parts = controller["body_parts"]  # robosuite 1.5: the arms by side, beside torso, head...
+    for side in ("right", "left") if arm else ():
+        if side in parts:
+            same = parts[side].get("type") == arm.get("type")
+            parts[side] = (
+                {**parts[side], **arm} if same else {**arm, "gripper": parts[side].get("gripper")}
+            )
     return robosuite.make(
         task.env,
         robots=task.robot,
