@@ -223,6 +223,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PNG",
         help="draw the ADR schedule (generation.adr: range fraction and probe success per round)",
     )
+    p.add_argument(
+        "--coverage",
+        nargs="?",
+        const="",
+        type=str,
+        metavar="PNG",
+        help="placement coverage: attempts against kept episodes per placement cell, per object; "
+        "plotted to PNG (default DATASET/coverage.png) (docs/coverage.md)",
+    )
+    p.add_argument(
+        "--bins",
+        type=_positive_int,
+        help="--coverage: cells per placed axis (default: generation.rebalance.bins, else 4)",
+    )
 
     p = sub.add_parser(
         "divergence",
@@ -794,10 +808,59 @@ def cmd_inspect(args) -> int:
                 "(the spec's generation.adr was off); expected a dataset made with it"
             )
         summary["adr_plot"] = str(plot_adr(found, args.plot))
+    if args.coverage is not None:
+        summary["coverage"] = _coverage(args.dataset, args.coverage, args.bins)
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     if args.plot is not None and not args.json:
         print(f"adr plot: {summary['adr_plot']}")
+    if args.coverage is not None and not args.json:
+        print(_coverage_text(summary["coverage"]))
     return 0
+
+
+def _coverage(dataset: Path, plot: str, bins: int | None) -> dict:
+    """`inspect --coverage`: the figures, and the plot written (factory.coverage)."""
+    from factory.coverage import PlacementGrid, count, plot_coverage, summarize
+    from factory.output_dir import load_generation
+    from factory.spec import load_stored_spec
+    from shards import DATASET_INFO_FILENAME
+    from shards.metadata import load_dataset_info, load_episodes
+
+    spec = load_stored_spec(load_dataset_info(dataset), dataset / DATASET_INFO_FILENAME)
+    rebalance = spec.generation.rebalance
+    grid = PlacementGrid.from_spec(spec.placement, bins or (rebalance.bins if rebalance else 4))
+    if not grid.ranges:
+        raise UserError(
+            f"{dataset}: --coverage: the spec places nothing (placement.objects has no range); "
+            "expected a dataset whose spec has placement ranges"
+        )
+    path = Path(plot) if plot else dataset / "coverage.png"
+    if path.is_dir():
+        raise UserError(f"{path}: --coverage: is a directory, expected a .png file name")
+    generation = load_generation(dataset)
+    counts = count(grid, generation, load_episodes(dataset))
+    found = summarize(grid, counts)
+    found["plot"] = str(plot_coverage(grid, counts, path))
+    if "rebalance" in generation:
+        found["rebalance"] = {k: v for k, v in generation["rebalance"].items() if k != "coverage"}
+    return found
+
+
+def _coverage_text(found: dict) -> str:
+    lines = [f"placement coverage ({found['bins_per_axis']} cells per placed axis):"]
+    for name, entry in found["objects"].items():
+        tried = (
+            f", attempts in {entry['attempts_covered']:.0%} ({entry['attempts']} attempts)"
+            if "attempts" in entry
+            else " (attempts not recorded)"
+        )
+        lines.append(
+            f"  {name} ({'/'.join(entry['axes'])}, {entry['cells']} cells): kept episodes in "
+            f"{entry['kept_covered']:.0%} ({entry['kept']} kept){tried}"
+        )
+    lines.append(f"  all objects: {found['kept_covered']:.0%} of cells hold a kept episode")
+    lines.append(f"coverage plot: {found['plot']}")
+    return "\n".join(lines)
 
 
 def cmd_divergence(args) -> int:

@@ -53,6 +53,9 @@ class ShardTask:
 
     index: int
     attempt_ids: tuple[int, ...]
+    # generation.rebalance's extra shards: per attempt, (object, cell) pairs its placement is
+    # drawn in (factory.rebalance); empty for a planned shard
+    targets: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     @property
     def name(self) -> str:
@@ -77,6 +80,8 @@ class ShardResult:
     node: str = ""  # Ray node id of the worker that wrote it ("" when run outside Ray)
     # A mixed-robot dataset's attempts and successes per robot (empty for one robot)
     robots: dict[str, dict[str, int]] = field(default_factory=dict)
+    # per attempt {attempt, kept, placement}: where it started (factory.coverage)
+    placements: tuple[dict, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -90,6 +95,7 @@ class ShardResult:
             "episodes": [e.to_json() for e in self.episodes],
             "node": self.node,
             **({"robots": self.robots} if self.robots else {}),
+            **({"placements": list(self.placements)} if self.placements else {}),
         }
 
 
@@ -197,7 +203,13 @@ class ShardWorker:
         )
         draw = self.draw_physics(plan.seed)
         self.scene.set_physics(draw)
-        attempt = generate_attempt(self.scene, self.demos, plan, self.params)
+        params = self.params
+        if task.targets:  # generation.rebalance: drawn in the cells the driver asked for
+            from factory.rebalance import targeted_params
+
+            where = task.targets[task.attempt_ids.index(attempt_id)]
+            params = targeted_params(self.spec, params, self.demos[0], where, plan.seed)
+        attempt = generate_attempt(self.scene, self.demos, plan, params)
         if draw is not None:  # what a re-simulation needs, with placement and fixtures
             attempt.provenance["physics"] = draw.to_json()
         return attempt
@@ -344,6 +356,7 @@ class ShardWorker:
             for i in range(len(self.spec.subtasks))
         }
         robots: dict[str, dict[str, int]] = {}
+        placements = []
         for attempt_id in task.attempt_ids:
             worker = self.worker_for(attempt_id)  # this one, or the attempt's robot's
             attempt = worker.run_attempt(task, attempt_id)
@@ -352,6 +365,16 @@ class ShardWorker:
             steps += attempt.length
             _count_subtasks(subtasks, attempt)
             attempt = worker.check_robust(attempt)
+            placements.append(
+                {
+                    "attempt": attempt_id,
+                    "kept": bool(attempt.success),
+                    "placement": {
+                        name: [round(v, 6) for v in offset]
+                        for name, offset in attempt.provenance["placement"].items()
+                    },
+                }
+            )
             if attempt.success:
                 successes += 1
                 tally["successes"] += 1
@@ -378,6 +401,7 @@ class ShardWorker:
             steps_simulated=steps,
             subtasks=subtasks,
             robots=dict(sorted(robots.items())) if self.spec.task.robots else {},
+            placements=tuple(placements),
         )
 
     def close(self) -> None:
@@ -411,4 +435,5 @@ def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResu
         subtasks={k: dict(v) for k, v in entry.get("subtasks", {}).items()},
         node=str(entry.get("node", "")),
         robots={k: dict(v) for k, v in entry.get("robots", {}).items()},
+        placements=tuple(entry.get("placements", ())),
     )

@@ -264,6 +264,16 @@ class SceneSpec(_Strict):
                 "has none; expected a physics: section (e.g. physics: {mass: {cube: [0.8, 2.0]}}) "
                 "or robustness: null",
             )
+        if self.generation.rebalance is not None and not any(
+            r.x[1] > r.x[0] or r.y[1] > r.y[0] or r.yaw[1] > r.yaw[0]
+            for r in self.placement.objects.values()
+        ):
+            raise _FieldError(
+                "generation.rebalance",
+                "draws extra attempts in under-covered placement cells, and the spec places "
+                "nothing; expected placement ranges (e.g. placement: {objects: {cube: {x: "
+                "[-0.05, 0.05]}}}) or rebalance: null",
+            )
         return self
 
     @model_validator(mode="after")
@@ -311,7 +321,11 @@ class SceneSpec(_Strict):
             },
         )
         data = {key: value for key, value in data.items() if value is not None}
-        for later in ("adr", "robustness"):  # added later: older datasets stay resumable
+        for later in (
+            "adr",
+            "robustness",
+            "rebalance",
+        ):  # added later: older datasets stay resumable
             if data["generation"].get(later) is None:
                 data["generation"].pop(later, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
