@@ -42,9 +42,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def cli(*args: str) -> None:
+    import contextlib
+    import io
+
     from factory.cli import main
 
-    code = main(list(args))
+    with contextlib.redirect_stdout(io.StringIO()):  # the commands' own summaries: not ours
+        code = main(list(args))
     if code != 0:
         sys.exit(f"factory {' '.join(args)} failed ({code})")
 

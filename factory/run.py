@@ -176,6 +176,16 @@ def finished_results(
     return done
 
 
+def cluster_size(spec: SceneSpec, left: int) -> int:
+    """Actors worth starting: one per shard left, or (generation.rebalance, whose extra rounds
+    are not known yet) as many as its extra attempts could fill."""
+    rebalance = spec.generation.rebalance
+    if rebalance is None:
+        return left
+    extra = rebalance.max_extra_attempts or spec.generation.attempts
+    return max(left, -(-extra // spec.generation.attempts_per_shard), 1)
+
+
 def kept_prefix(recorder: DatasetRecorder, target: int | None, tasks) -> bool:
     """Whether every planned shard runs (no --successes prefix cuts them): rebalance then."""
     return recorder.prefix_for(target, tasks) is None
@@ -294,7 +304,9 @@ def run_dataset(
         resolving = pool.submit(resolve_spec, spec)
         cluster = (
             stack.enter_context(
-                ShardCluster(ShardWorkerFactory(spec), dest, config, max_workers=left)
+                ShardCluster(
+                    ShardWorkerFactory(spec), dest, config, max_workers=cluster_size(spec, left)
+                )
             )
             if left
             else None
@@ -441,7 +453,7 @@ def _run_locked(
             workers = ShardWorkerFactory(spec)
             dest = stored.url if stored is not None else out_dir
             cluster = stack.enter_context(
-                ShardCluster(workers, dest, config, max_workers=max(left, 1))
+                ShardCluster(workers, dest, config, max_workers=cluster_size(spec, left))
             )
         sync()  # dataset_info, the texture bank, ADR: in the store before a worker needs them
 

@@ -109,3 +109,22 @@ def test_export_relabels_replays_and_reports(lift_dataset, tmp_path):
     reached = base_ori.T @ (scene.eef_pose()[:3, 3] - base_pos)
     goal = action[t, modality["abs_eef_pos"]["start"] : modality["abs_eef_pos"]["end"]]
     assert np.linalg.norm(goal - reached) < 0.05  # OSC's largest step is 5 cm
+
+
+def test_lerobot_export_writes_the_relabeled_action_feature(lift_dataset, tmp_path):
+    out = tmp_path / "lerobot"
+    args = ["export", str(lift_dataset), "--to", "lerobot", str(out), "--actions", "abs_eef"]
+    assert main(args) == 0
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["features"]["action"]["shape"] == [10]
+    assert info["features"]["action"]["names"][:4] == [
+        "abs_eef_pos_0",
+        "abs_eef_pos_1",
+        "abs_eef_pos_2",
+        "abs_eef_rot6d_0",
+    ]
+    stats = json.loads((out / "meta" / "stats.json").read_text())
+    assert len(stats["action"]["mean"]) == 10
+    report = json.loads((out / "meta" / "action_spaces.json").read_text())
+    assert list(report["spaces"]) == ["abs_eef"]
+    assert report["spaces"]["abs_eef"]["replay"]["success_rate"] >= 0.95
