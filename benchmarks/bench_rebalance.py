@@ -38,6 +38,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--success-only", type=Path, default=REPO / "out/bench_coverage/success_only"
     )
     parser.add_argument("--rebalanced", type=Path, default=REPO / "out/bench_coverage/rebalanced")
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        default=REPO / "out/bench_coverage/stack_d0_cov.yaml",
+        help="the success-only dataset's spec (bench_coverage.py --baseline writes it)",
+    )
     parser.add_argument("--attempts", type=int, default=100, help="for bench_coverage, if run")
     parser.add_argument("--steps", type=int, default=6000, help="gradient steps per policy")
     parser.add_argument("--grid-bins", type=int, default=2, help="grid cells per placed axis")
@@ -119,9 +125,8 @@ def train_and_grid(dataset: Path, resolved, config, placements) -> dict:
 def main(argv=None) -> None:
     import factory  # noqa: F401  (selects the GL backend before robosuite)
     from factory.resolve import resolve_spec
-    from factory.spec import load_stored_spec
+    from factory.spec import load_spec
     from factory.train_eval_config import TrainEvalConfig
-    from shards.metadata import load_dataset_info
 
     args = parse_args(argv)
     if (
@@ -130,8 +135,7 @@ def main(argv=None) -> None:
     ):
         bench = [sys.executable, str(REPO / "benchmarks/bench_coverage.py"), "--baseline"]
         subprocess.run([*bench, "--attempts", str(args.attempts)], check=True)
-    info = load_dataset_info(args.success_only)
-    spec = load_stored_spec(info, args.success_only / "dataset_info.json")
+    spec = load_spec(args.spec)  # its file: seed demos resolve against it
     resolved = resolve_spec(spec)
     start_xy = {n: p[0][:2, 3] for n, p in resolved.demos[0].object_poses.items()}
     _, names, placements = grid_placements(spec, args.grid_bins)

@@ -10,7 +10,7 @@ MuJoCo states, and each relabeling checked by replaying it with robosuite's matc
                      gripper [1]
       ──► joint_pos: per step the arm's joint positions at the next recorded state [dof] rad,
                      gripper [1]
-      ──► replay (factory.divergence.replay: the episode's recorded start, placement, fixtures
+      ──► replay_from_start (the episode's recorded first state, placement, fixtures
           and physics draw) in a scene whose arm runs the matching controller:
             abs_eef   OSC_POSE, input_type absolute (rotation given as the goal's rotation vector)
             joint_pos JOINT_POSITION, input_type absolute, kp JOINT_KP

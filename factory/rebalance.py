@@ -143,6 +143,7 @@ def extend_plan(spec, base: Sequence[ShardTask], generation: Mapping) -> tuple[S
         extra.extend(more)
     plan = RebalancedPlan(base, extra)
     record = {
+        "planned_attempts": spec.generation.attempts,
         "bins": config.bins,
         "tolerance": config.tolerance,
         "max_rounds": config.rounds,

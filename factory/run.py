@@ -288,7 +288,7 @@ def run_dataset(
         out_dir = stored.local
     dest = stored.url if stored is not None else out_dir  # where workers put shards
     resuming = check_output_dir(out_dir, spec, truncate)  # a first look, to refuse early
-    tasks = planned_tasks(spec, out_dir if resuming else None)
+    tasks = planned_tasks(spec, out_dir if resuming and not truncate else None)
     config = ClusterConfig(
         workers=workers,
         address=address,
@@ -331,13 +331,24 @@ def run_dataset(
 
 def planned_tasks(spec: SceneSpec, out_dir: Path | None) -> Sequence[ShardTask]:
     """The spec's shards, then (generation.rebalance) the extra rounds the shards recorded in
-    `out_dir` already decide (factory.rebalance: each round follows from the ones before)."""
+    `out_dir` already decide (factory.rebalance: each round follows from the ones before).
+    None (a new dataset, or --truncate: the extra shards are dropped and their rounds redone
+    from what stays): the spec's shards only."""
     tasks = plan_shards(spec)
     if spec.generation.rebalance is None or out_dir is None:
         return tasks
     from factory.rebalance import extend_plan
 
-    return extend_plan(spec, tasks, load_generation(out_dir))[0]
+    generation = load_generation(out_dir)
+    before = generation.get("rebalance", {}).get("planned_attempts")
+    if before is not None and before != spec.generation.attempts:
+        # the extra shards follow the planned ones: more planned shards would take their places
+        raise UserError(
+            f"{out_dir}: generation.attempts: the dataset was rebalanced after {before} planned "
+            f"attempts, got {spec.generation.attempts}; expected {before} (or --truncate to "
+            "start over)"
+        )
+    return extend_plan(spec, tasks, generation)[0]
 
 
 def _shards_left(

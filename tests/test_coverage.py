@@ -185,6 +185,10 @@ def test_a_rebalanced_run_records_what_it_did_and_resumes_to_the_same_dataset(
     assert main(run) == 0  # resume: the same rounds are planned again, and all are done
     assert load_manifest(out).by_name() == manifest
     capsys.readouterr()
+    assert main([*run, "--attempts", "6"]) == 2  # more planned shards would take the extras' places
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "generation.attempts" in err[0]
+    assert load_manifest(out).by_name() == manifest
     png = tmp_path / "cov.png"
     assert main(["inspect", str(out), "--coverage", str(png), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)["coverage"]
