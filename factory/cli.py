@@ -219,6 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="new_embodiment",
         help="gr00t: the embodiment tag recorded in meta/info.json (default new_embodiment)",
     )
+    p.add_argument(
+        "--actions",
+        action="append",
+        metavar="SPACES",
+        help="lerobot, gr00t: the action spaces written side by side in `action`, "
+        "comma-separated or repeated: delta_eef (the shards' OSC deltas, the default), abs_eef, "
+        "joint_pos; each relabeling is replayed and reported in meta/action_spaces.json "
+        "(docs/action_spaces.md)",
+    )
 
     p = sub.add_parser("verify", help="check shards against the manifest, episodes and stats")
     p.add_argument("dataset", type=_location)
@@ -233,6 +242,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw the ADR schedule (generation.adr: range fraction and probe success per round)",
     )
     p.add_argument("--force", action="store_true", help="overwrite --plot if it exists")
+    p.add_argument(
+        "--coverage",
+        nargs="?",
+        const="",
+        type=str,
+        metavar="PNG",
+        help="placement coverage: attempts against kept episodes per placement cell, per object; "
+        "plotted to PNG (default DATASET/coverage.png) (docs/coverage.md)",
+    )
+    p.add_argument(
+        "--bins",
+        type=_positive_int,
+        help="--coverage: cells per placed axis (default: generation.rebalance.bins, else 4)",
+    )
 
     p = sub.add_parser(
         "divergence",
@@ -732,7 +755,15 @@ def cmd_preview(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from factory.action_spaces import DEFAULT_ACTIONS, parse_action_spaces
+
     options = {}
+    spaces = parse_action_spaces(args.actions)  # checked before anything is read
+    if spaces != DEFAULT_ACTIONS and args.to == "robomimic":
+        raise UserError(
+            f"--actions: the robomimic export writes the shards' delta_eef actions only, got "
+            f"{','.join(spaces)}; use --to lerobot or --to gr00t"
+        )
     if args.to == "lerobot":
         from shards.export_lerobot import export_lerobot as export
     elif args.to == "gr00t":
@@ -754,7 +785,16 @@ def cmd_export(args) -> int:
                 "--force replaces only one of those: expected a new, empty or exported folder"
             )
     with _reading(args.dataset) as source, replacing(args.out, args.force) as target:
+        if spaces != DEFAULT_ACTIONS:
+            from factory.action_spaces import SceneRelabeler
+
+            options["actions"] = SceneRelabeler(source, spaces)
         summary = export(source, target, **options)  # --force: swapped in once whole
+        if "actions" in options:
+            summary["action_spaces"] = {
+                name: entry.get("replay")
+                for name, entry in options["actions"].report()["spaces"].items()
+            }
     summary = {k: args.out if str(v) == str(target) else v for k, v in summary.items()}
     print(
         json.dumps(
@@ -796,9 +836,24 @@ def cmd_verify(args) -> int:
 
 def cmd_inspect(args) -> int:
     from factory.outputs import Output, atomic_path, check_outputs
+    from factory.preview import PREVIEW_DIRNAME
     from factory.report import format_summary, summarize
 
     plot = [Output("--plot", args.plot, "file")]
+    coverage_png = None
+    if args.coverage is not None:  # a PNG named, else DATASET/preview/coverage.png
+        if args.coverage:
+            coverage_png = Path(args.coverage)
+            plot.append(Output("--coverage", coverage_png, "file"))
+        elif isinstance(args.dataset, str):
+            raise UserError(
+                f"{args.dataset}: --coverage: a stored dataset's plot needs a file name "
+                "(--coverage PNG)"
+            )
+        else:
+            coverage_png = args.dataset / PREVIEW_DIRNAME / "coverage.png"
+            own = [Output("--coverage", coverage_png, "file", own=True)]
+            check_outputs("inspect", own, force=True)
     check_outputs("inspect", plot, inputs=[args.dataset], force=args.force)
     # partial: a running `factory run`'s committed shards so far (manifest and generation.json
     # with its journal applied agree; inspect reads nothing else)
@@ -818,10 +873,57 @@ def cmd_inspect(args) -> int:
             with atomic_path(args.plot, "--plot") as tmp:
                 plot_adr(found, tmp)
             summary["adr_plot"] = str(args.plot)
+        if args.coverage is not None:
+            summary["coverage"] = _coverage(snapshot, coverage_png, args.bins)
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     if args.plot is not None and not args.json:
         print(f"adr plot: {summary['adr_plot']}")
+    if args.coverage is not None and not args.json:
+        print(_coverage_text(summary["coverage"]))
     return 0
+
+
+def _coverage(dataset: Path, path: Path, bins: int | None) -> dict:
+    """`inspect --coverage`: the figures, and the plot written (factory.coverage)."""
+    from factory.coverage import PlacementGrid, count, plot_coverage, summarize
+    from factory.output_dir import load_generation
+    from factory.spec import load_stored_spec
+    from shards import DATASET_INFO_FILENAME
+    from shards.metadata import load_dataset_info, load_episodes
+
+    spec = load_stored_spec(load_dataset_info(dataset), dataset / DATASET_INFO_FILENAME)
+    rebalance = spec.generation.rebalance
+    grid = PlacementGrid.from_spec(spec.placement, bins or (rebalance.bins if rebalance else 4))
+    if not grid.ranges:
+        raise UserError(
+            f"{dataset}: --coverage: the spec places nothing (placement.objects has no range); "
+            "expected a dataset whose spec has placement ranges"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    generation = load_generation(dataset)
+    counts = count(grid, generation, load_episodes(dataset))
+    found = summarize(grid, counts)
+    found["plot"] = str(plot_coverage(grid, counts, path))
+    if "rebalance" in generation:
+        found["rebalance"] = {k: v for k, v in generation["rebalance"].items() if k != "coverage"}
+    return found
+
+
+def _coverage_text(found: dict) -> str:
+    lines = [f"placement coverage ({found['bins_per_axis']} cells per placed axis):"]
+    for name, entry in found["objects"].items():
+        tried = (
+            f", attempts in {entry['attempts_covered']:.0%} ({entry['attempts']} attempts)"
+            if "attempts" in entry
+            else " (attempts not recorded)"
+        )
+        lines.append(
+            f"  {name} ({'/'.join(entry['axes'])}, {entry['cells']} cells): kept episodes in "
+            f"{entry['kept_covered']:.0%} ({entry['kept']} kept){tried}"
+        )
+    lines.append(f"  all objects: {found['kept_covered']:.0%} of cells hold a kept episode")
+    lines.append(f"coverage plot: {found['plot']}")
+    return "\n".join(lines)
 
 
 def cmd_divergence(args) -> int:

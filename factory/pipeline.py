@@ -124,7 +124,13 @@ class ShardWorker:
         )
         draw = self.draw_physics(plan.seed)
         self.scene.set_physics(draw)
-        attempt = generate_attempt(self.scene, self.demos, plan, self.params)
+        params = self.params
+        if task.targets:  # generation.rebalance: drawn in the cells the driver asked for
+            from factory.rebalance import targeted_params
+
+            where = task.targets[task.attempt_ids.index(attempt_id)]
+            params = targeted_params(self.spec, params, self.demos[0], where, plan.seed)
+        attempt = generate_attempt(self.scene, self.demos, plan, params)
         if draw is not None:  # what a re-simulation needs, with placement and fixtures
             attempt.provenance["physics"] = draw.to_json()
         return attempt
@@ -249,6 +255,7 @@ class ShardWorker:
             for i in range(len(self.spec.subtasks))
         }
         robots: dict[str, dict[str, int]] = {}
+        placements = []
         for attempt_id in task.attempt_ids:
             worker = self.worker_for(attempt_id)  # this one, or the attempt's robot's
             attempt = worker.run_attempt(task, attempt_id)
@@ -257,6 +264,16 @@ class ShardWorker:
             steps += attempt.length
             _count_subtasks(subtasks, attempt)
             attempt = worker.filter_attempt(attempt)  # e.g. generation.robustness
+            placements.append(
+                {
+                    "attempt": attempt_id,
+                    "kept": bool(attempt.success),
+                    "placement": {
+                        name: [round(v, 6) for v in offset]
+                        for name, offset in attempt.provenance["placement"].items()
+                    },
+                }
+            )
             if attempt.success:
                 successes += 1
                 tally["successes"] += 1
@@ -284,6 +301,7 @@ class ShardWorker:
             subtasks=subtasks,
             robots=dict(sorted(robots.items())) if self.spec.task.robots else {},
             render_detail=self.renderer.detail.to_json() if self.renderer.detail.meshes else {},
+            placements=tuple(placements),
         )
 
     def close(self) -> None:

@@ -176,6 +176,11 @@ class DatasetRecorder:
             (shards_dir(self.out_dir) / name).unlink(missing_ok=True)
             sidecar_path(shards_dir(self.out_dir) / name).unlink(missing_ok=True)
 
+    def set_extra(self, key: str, value) -> None:
+        """A top-level generation.json entry beside "shards" (generation.rebalance's record),
+        written by `finish`."""
+        self._extra[key] = value
+
     def finish(self, wall_s: float) -> None:
         """Write generation.json and episodes.jsonl, then manifest.json (the journal then goes),
         then stats.json, for every shard recorded."""

@@ -174,6 +174,38 @@ def finished_results(
     return done
 
 
+def cluster_size(spec: SceneSpec, left: int) -> int:
+    """Actors worth starting: one per shard left, or (generation.rebalance, whose extra rounds
+    are not known yet) as many as its extra attempts could fill."""
+    rebalance = spec.generation.rebalance
+    if rebalance is None:
+        return left
+    extra = rebalance.max_extra_attempts or spec.generation.attempts
+    return max(left, -(-extra // spec.generation.attempts_per_shard), 1)
+
+
+def kept_prefix(recorder: DatasetRecorder, target: int | None, tasks) -> bool:
+    """Whether every planned shard runs (no --successes prefix cuts them): rebalance then."""
+    return recorder.prefix_for(target, tasks) is None
+
+
+def _rebalance(spec, tasks, recorder, out_dir, run):
+    """generation.rebalance's rounds (factory.rebalance), each run as the planned shards were;
+    the record goes into generation.json. Returns the plan with the extra shards."""
+    from factory.rebalance import extend_plan
+
+    base = tasks.base if hasattr(tasks, "base") else tasks
+    while True:
+        recorder.commit()  # the journal holds every shard so far: the next round follows
+        tasks, record = extend_plan(spec, base, load_generation(out_dir))
+        todo = [tasks[i] for i in range(len(base), len(tasks))]
+        todo = [t for t in todo if t.name not in recorder.results]
+        if not todo:
+            recorder.set_extra("rebalance", record)
+            return tasks
+        run(todo)
+
+
 def _remove_stale_temporaries(out_dir: Path) -> None:
     # A killed worker leaves its temporary shard behind; it never had a final name.
     for tmp in shards_dir(out_dir).glob(".shard-*.tmp-*"):
@@ -237,7 +269,7 @@ def _run_dataset(
 
     dest = stored.url if stored is not None else out_dir  # where workers put shards
     resuming = check_output_dir(out_dir, spec, truncate)  # a first look, to refuse early
-    tasks = plan_shards(spec)
+    tasks = planned_tasks(spec, out_dir if resuming and not truncate else None)
     config = ClusterConfig(
         workers=workers,
         address=address,
@@ -253,7 +285,9 @@ def _run_dataset(
         resolving = pool.submit(resolve_spec, spec)
         cluster = (
             stack.enter_context(
-                ShardCluster(ShardWorkerFactory(spec), dest, config, max_workers=left)
+                ShardCluster(
+                    ShardWorkerFactory(spec), dest, config, max_workers=cluster_size(spec, left)
+                )
             )
             if left
             else None
@@ -274,6 +308,28 @@ def _run_dataset(
                 resolved, tasks, out_dir, resuming, truncate, config, cluster, show_progress, stored
             )
     return out_dir
+
+
+def planned_tasks(spec: SceneSpec, out_dir: Path | None) -> Sequence[ShardTask]:
+    """The spec's shards, then (generation.rebalance) the extra rounds the shards recorded in
+    `out_dir` already decide (factory.rebalance: each round follows from the ones before).
+    None (a new dataset, or --truncate: the extra shards are dropped and their rounds redone
+    from what stays): the spec's shards only."""
+    tasks = plan_shards(spec)
+    if spec.generation.rebalance is None or out_dir is None:
+        return tasks
+    from factory.rebalance import extend_plan
+
+    generation = load_generation(out_dir)
+    before = generation.get("rebalance", {}).get("planned_attempts")
+    if before is not None and before != spec.generation.attempts:
+        # the extra shards follow the planned ones: more planned shards would take their places
+        raise UserError(
+            f"{out_dir}: generation.attempts: the dataset was rebalanced after {before} planned "
+            f"attempts, got {spec.generation.attempts}; expected {before} (or --truncate to "
+            "start over)"
+        )
+    return extend_plan(spec, tasks, generation)[0]
 
 
 def _shards_left(
@@ -381,24 +437,34 @@ def _run_locked(
             sync(now=False)  # a stored dataset: the commits so far, to the store
             return recorder.prefix_for(target, tasks) is not None
 
-        if left and cluster is None:  # the quick look missed a damaged shard
+        rebalancing = spec.generation.rebalance is not None
+        if (left or rebalancing) and cluster is None:  # the quick look missed a damaged shard
+            # (or generation.rebalance may plan extra shards after the planned ones)
             from cluster.runner import ShardCluster
 
             workers = ShardWorkerFactory(spec)
             dest = stored.url if stored is not None else out_dir
-            cluster = stack.enter_context(ShardCluster(workers, dest, config, max_workers=left))
+            cluster = stack.enter_context(
+                ShardCluster(workers, dest, config, max_workers=cluster_size(spec, left))
+            )
         sync()  # dataset_info, the texture bank, ADR: in the store before a worker needs them
+
+        def run(todo) -> None:
+            cluster.run(
+                resolved.worker_demos,  # a mixed-robot spec's: every robot's
+                todo,
+                on_result,
+                on_attempt=progress.attempt,
+                should_stop=should_stop,
+                on_workers=progress.workers,
+                on_warning=progress.warn,
+            )
+
         try:
             if left:
-                cluster.run(
-                    resolved.worker_demos,  # a mixed-robot spec's: every robot's
-                    todo,
-                    on_result,
-                    on_attempt=progress.attempt,
-                    should_stop=should_stop,
-                    on_workers=progress.workers,
-                    on_warning=progress.warn,
-                )
+                run(todo)
+            if rebalancing and kept_prefix(recorder, target, tasks):
+                tasks = _rebalance(spec, tasks, recorder, out_dir, run)
         except BaseException:
             with contextlib.suppress(DatasetWriteError, DatasetError):  # the first error is
                 recorder.commit()  # reported; shards finished before it (or Ctrl-C) stay listed

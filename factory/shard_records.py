@@ -23,6 +23,9 @@ class ShardTask:
 
     index: int
     attempt_ids: tuple[int, ...]
+    # generation.rebalance's extra shards: per attempt, (object, cell) pairs its placement is
+    # drawn in (factory.rebalance); empty for a planned shard
+    targets: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     @property
     def name(self) -> str:
@@ -48,6 +51,8 @@ class ShardResult:
     robots: dict[str, dict[str, int]] = field(default_factory=dict)
     # render.detail: what the worker's renderer did to the meshes (DetailReport.to_json)
     render_detail: dict = field(default_factory=dict)
+    # per attempt {attempt, kept, placement}: where it started (factory.coverage)
+    placements: tuple[dict, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -62,6 +67,7 @@ class ShardResult:
             "node": self.node,
             **({"robots": self.robots} if self.robots else {}),
             **({"render_detail": self.render_detail} if self.render_detail else {}),
+            **({"placements": list(self.placements)} if self.placements else {}),
         }
 
 
@@ -109,4 +115,5 @@ def result_from_json(task: ShardTask, info: ShardInfo, entry: dict) -> ShardResu
         node=str(entry.get("node", "")),
         robots={k: dict(v) for k, v in entry.get("robots", {}).items()},
         render_detail=dict(entry.get("render_detail", {})),
+        placements=tuple(entry.get("placements", ())),
     )

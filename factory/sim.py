@@ -40,19 +40,28 @@ RAY_SPACING = 0.01  # metres between the rays of `support_heights`
 FLAT = 0.01  # metres: surfaces this close in height are one flat support (`Scene.place_shift`)
 
 
-def make_env(task: TaskSpec, model_seed: int = 0, **scene):
+def make_env(task: TaskSpec, model_seed: int = 0, arm: dict | None = None, **scene):
     """A robosuite env for generation: no cameras, no renderer, deterministic resets.
 
     robosuite draws some object sizes (Lift's cube) from the env's RNG when it builds
     the model; a fixed seed gives every worker the same model, hence the same physics.
     `scene`: the arguments of a spec's `scene:` env (`factory.scene_build.env_kwargs`).
     The robots' repairs must be installed first (`factory.robot_repairs.install`).
+    `arm`: another arm controller's part config (`factory.action_spaces`: the replay of an
+    absolute action space): merged into the default one of the same type, else replacing it.
     """
     robot_repairs.require_installed()
     import robosuite  # here, not at the top: generation's importers need no robosuite until now
     from robosuite.controllers import load_composite_controller_config
 
     controller = load_composite_controller_config(controller="BASIC", robot=task.robot)
+    parts = controller["body_parts"]  # robosuite 1.5: the arms by side, beside torso, head...
+    for side in ("right", "left") if arm else ():
+        if side in parts:
+            same = parts[side].get("type") == arm.get("type")
+            parts[side] = (
+                {**parts[side], **arm} if same else {**arm, "gripper": parts[side].get("gripper")}
+            )
     return robosuite.make(
         task.env,
         robots=task.robot,

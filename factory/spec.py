@@ -273,6 +273,16 @@ class SceneSpec(StrictModel):
                 "has none; expected a physics: section (e.g. physics: {mass: {cube: [0.8, 2.0]}}) "
                 "or robustness: null",
             )
+        if self.generation.rebalance is not None and not any(
+            r.x[1] > r.x[0] or r.y[1] > r.y[0] or r.yaw[1] > r.yaw[0]
+            for r in self.placement.objects.values()
+        ):
+            raise _FieldError(
+                "generation.rebalance",
+                "draws extra attempts in under-covered placement cells, and the spec places "
+                "nothing; expected placement ranges (e.g. placement: {objects: {cube: {x: "
+                "[-0.05, 0.05]}}}) or rebalance: null",
+            )
         return self
 
     @model_validator(mode="after")
@@ -340,6 +350,7 @@ class SceneSpec(StrictModel):
 ADDED_LATER: dict[str, object] = {
     "generation.adr": None,
     "generation.robustness": None,
+    "generation.rebalance": None,
     "generation.plan_checks": 20000,
     "generation.grasp_approach": "auto",
     "generation.trim_pauses": True,

@@ -308,6 +308,31 @@ class RobustnessSpec(StrictModel):
     )
 
 
+class RebalanceSpec(StrictModel):
+    """Coverage of the placement space: after the planned attempts, extra attempts are drawn in
+    the placement cells that kept episodes under-cover (factory/rebalance.py, factory/coverage.py)
+    until every cell holds at least (1 - tolerance) of its even share of the kept episodes."""
+
+    bins: int = Field(
+        4, ge=1, le=16, description="Cells per placed axis (x, y, yaw) of each placed object."
+    )
+    tolerance: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description="A cell is covered once it holds (1 - tolerance) x kept / cells kept "
+        "episodes, at least one (0: every cell its whole even share).",
+    )
+    rounds: int = Field(
+        3, ge=1, le=20, description="Rounds of extra attempts at most (each re-counts first)."
+    )
+    max_extra_attempts: int | None = Field(
+        None,
+        ge=1,
+        description="Extra attempts over all rounds at most; null: generation.attempts.",
+    )
+
+
 class GenerationSpec(StrictModel):
     """MimicGen's knobs: how attempts are made from the seed demos, and when they count."""
 
@@ -439,6 +464,21 @@ class GenerationSpec(StrictModel):
         "most of N other physics draws (score in provenance.divergence; the rest fail as "
         '"fragile"); needs a physics: section. null: no replays.',
     )
+    rebalance: RebalanceSpec | StrictBool | None = Field(
+        None,
+        description="Extra attempts in the placement cells kept episodes under-cover, recorded "
+        "in generation.json (docs/coverage.md); true: the defaults. Needs placement ranges. "
+        "null or false: keep what the planned attempts give.",
+    )
+
+    @field_validator("rebalance", mode="before")
+    @classmethod
+    def _rebalance_shorthand(cls, value):
+        # `rebalance: true` is the defaults, `false` is off: both stored as the other forms, so
+        # that the two spellings have one fingerprint
+        if value is True:
+            return RebalanceSpec()
+        return None if value is False else value
 
 
 class CameraSpec(StrictModel):

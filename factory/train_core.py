@@ -37,6 +37,7 @@ from factory.sim import Scene
 from factory.spec import CameraSpec
 from factory.train_eval_config import TrainEvalConfig
 from generators.mimicgen import sample_placement
+from generators.scene_api import Placement
 from shards import check_shards, load_episodes, load_manifest
 from shards.loader import make_loader
 from shards.metadata import load_dataset_info
@@ -291,14 +292,17 @@ def run_rollout(
     seed: int,
     config: TrainEvalConfig,
     camera_view: Callable[[], np.ndarray] | None = None,
+    placement: Placement | None = None,
 ) -> dict:
     """One closed-loop episode from the placement drawn with `seed`: success, steps, placement.
 
     camera_view: for an image policy, returns the current frame [h, w, 3] uint8.
+    placement: this one instead of a draw (benchmarks/bench_rebalance.py's uniform grid).
     """
     spec = scene.spec
-    rng = np.random.default_rng(seed)
-    placement = sample_placement(placement_params(spec.placement), start.xy, rng)
+    if placement is None:
+        rng = np.random.default_rng(seed)
+        placement = sample_placement(placement_params(spec.placement), start.xy, rng)
     scene.reset_to(start.state, placement)
     horizon = config.eval_horizon or spec.task.horizon
     hold = config.success_hold or spec.generation.success_hold_steps

@@ -54,6 +54,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shards.action_features import ActionRelabeler, relabeled, write_report
 from shards.export_source import (
     Source,
     SourceEpisode,
@@ -130,12 +131,14 @@ def export_gr00t(
     embodiment: str = DEFAULT_EMBODIMENT,
     chunk_size: int = 1000,
     video_codec: str = "libx264",
+    actions: ActionRelabeler | None = None,
 ) -> dict[str, Any]:
     """Write the dataset at `dataset_dir` as a GR00T LeRobot (v2.1) dataset in `out_dir`.
 
     embodiment: the embodiment tag recorded in meta/info.json, one of `KNOWN_EMBODIMENTS`
     chunk_size: episodes per ``chunk-CCC`` folder (info.json ``chunks_size``)
     video_codec: an FFmpeg encoder PyAV has (libx264: H.264)
+    actions: relabel the actions (`shards.action_features`; None: the shards' own)
 
     `out_dir` must not exist or be empty; the export is built beside it and renamed into place
     once complete, so a failed export leaves nothing. Bad arguments raise `ExportError`,
@@ -144,14 +147,16 @@ def export_gr00t(
     """
     _check_options(embodiment, chunk_size, video_codec)
     source = load_source(dataset_dir)
+    source, episodes = relabeled(source, read_episodes(source), actions)
     subtasks = any(has_subtasks(record) for record in source.records)
     modality = modality_json(source, subtasks)
     out = check_out_dir(Path(out_dir))
     with staged_export(out, source) as tmp:
         writer = _Gr00tWriter(tmp, source, chunk_size, video_codec, subtasks)
-        for episode in read_episodes(source):
+        for episode in episodes:
             writer.add(episode)
         _write_meta(tmp, source, writer, modality, embodiment)
+        write_report(tmp, actions)
     return {
         "out_dir": out,
         "codebase_version": CODEBASE_VERSION,

@@ -65,6 +65,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from shards.action_features import ActionRelabeler, relabeled, write_report
 from shards.export_source import (
     Source,
     SourceEpisode,
@@ -110,6 +111,7 @@ def export_lerobot(
     video_codec: str = "libx264",
     data_file_size_mb: float = 100.0,
     video_file_size_mb: float = 200.0,
+    actions: ActionRelabeler | None = None,
 ) -> dict[str, Any]:
     """Write the dataset at `dataset_dir` as a LeRobot v3.0 dataset in `out_dir`.
 
@@ -117,6 +119,7 @@ def export_lerobot(
     video_codec:        an FFmpeg encoder PyAV has (libx264: H.264)
     data_file_size_mb:  start a new data/video file once a data file passes this
     video_file_size_mb: ... or once one camera's video passes this
+    actions:            relabel the actions (`shards.action_features`; None: the shards' own)
 
     `out_dir` must not exist or be empty; the export is built beside it and
     renamed into place once complete, so a failed export leaves nothing. Bad
@@ -126,17 +129,19 @@ def export_lerobot(
     _check_options(chunk_size, video_codec, data_file_size_mb, video_file_size_mb)
     source = load_source(dataset_dir)
     _source_stats(source)  # refuses a dataset without stats.json, as before
+    source, episodes = relabeled(source, read_episodes(source), actions)
     out = check_out_dir(Path(out_dir))
     with staged_export(out, source) as tmp:
         writer = _LeRobotWriter(
             tmp, source, chunk_size, video_codec, data_file_size_mb, video_file_size_mb
         )
         try:
-            for episode in read_episodes(source):
+            for episode in episodes:
                 writer.add(episode)
         finally:
             writer.close()
         write_meta(tmp, source, writer)
+        write_report(tmp, actions)
     return {
         "out_dir": out,
         "codebase_version": CODEBASE_VERSION,
