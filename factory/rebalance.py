@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from factory.coverage import Counts, PlacementGrid, count, summarize
-from factory.pipeline import ShardTask
+from factory.shard_records import ShardTask
 
 
 class RebalancedPlan(Sequence[ShardTask]):

@@ -145,7 +145,9 @@ def _take_local(dataset: Path, into: Path, shards: bool, partial: bool) -> None:
 def _stamps(dataset: Path) -> dict[str, tuple[int, int, int]]:
     found = {}
     for path in dataset.iterdir():
-        if path.name.startswith(".") or not path.is_file():
+        # Files, and whatever else is not a folder (a FIFO that blocks its reader, as a stalled
+        # disk would: linked like a file, read by the command where the file would be).
+        if path.name.startswith(".") or path.is_dir():
             continue
         stat = path.stat()
         found[path.name] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
@@ -218,9 +220,11 @@ def _writer(dataset: Path) -> str | None:
     None when none is. Read only: a reader never takes the lock (the writer's LOCK_NB would
     then refuse to start)."""
     try:
-        holder = (dataset / LOCK_FILENAME).read_text().strip()
+        lines = (dataset / LOCK_FILENAME).read_text().strip().splitlines()
     except (OSError, UnicodeDecodeError):
         return None
+    # "pid N on HOST", then the command holding it ("factory run", "factory divergence")
+    holder = lines[0].strip() if lines else ""
     words = holder.split()
     if len(words) != 4 or words[0] != "pid" or words[2] != "on" or not words[1].isdigit():
         return None
@@ -248,9 +252,9 @@ def _holds_lock(dataset: Path) -> bool:
 
 def _take_stored(url: str, into: Path, shards: bool, fresh: bool, partial: bool) -> None:
     from shards.remote import local_copy_dir, pull_metadata
-    from shards.store import Store
+    from shards.store import Store, retry_seconds
 
-    store = Store(url)
+    store = Store(url, retry_s=retry_seconds(reading=True))  # a reader: seconds, not minutes
 
     def commit_state() -> tuple[bytes | None, bool]:
         return store.read_bytes(MANIFEST_FILENAME), store.size(JOURNAL_FILENAME) is not None

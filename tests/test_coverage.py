@@ -9,8 +9,8 @@ import pytest
 
 from factory.cli import main
 from factory.coverage import PlacementGrid, count, summarize
-from factory.pipeline import ShardPlan
 from factory.rebalance import RebalancedPlan, deficits, extend_plan, plan_round
+from factory.shard_records import ShardPlan
 from factory.spec import load_spec
 from tests.conftest import write_spec
 

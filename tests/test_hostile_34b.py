@@ -113,7 +113,7 @@ def test_a_predicate_nested_5000_deep_is_one_line(tmp_path, capsys, field, combi
 
 
 def test_a_predicate_32_deep_still_parses(tmp_path, capsys):
-    from factory.predicates import parse_predicate
+    from generators.predicates import parse_predicate
 
     text = "not(" * 31 + "lifted(cube)" + ")" * 31
     assert parse_predicate(text).name == "not"

@@ -196,7 +196,9 @@ def test_meshes_that_cannot_decimate_are_drawn_full_and_counted(scene, tmp_path,
 def test_states_and_success_are_bit_identical_with_and_without_auto(tmp_path, monkeypatch):
     """Two workers, one spec but render.detail: full and auto; attempts and renders interleaved as
     in a shard: every attempt's states, actions and success are the same bit for bit."""
-    from factory.pipeline import ShardTask, ShardWorker, prepare_demos
+    from factory.pipeline import ShardWorker
+    from factory.resolve import prepare_demos
+    from factory.shard_records import ShardTask
 
     monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path))
     path = write_spec(

@@ -157,8 +157,9 @@ def test_a_bad_subtask_start_is_a_dataset_error(tmp_path):
 @pytest.mark.sim
 @pytest.mark.slow
 def test_a_generated_episode_records_its_subtask_starts(tmp_path):
-    from factory.pipeline import ShardTask, ShardWorker
+    from factory.pipeline import ShardWorker
     from factory.resolve import resolve_spec
+    from factory.shard_records import ShardTask
 
     path = _write_spec(tmp_path, CUBE_BOWL, lambda raw: _with_subtasks(raw, [PICK_UP, PUT_IN]))
     cameras = [{"name": "frontcam", "width": 32, "height": 32}]
