@@ -45,7 +45,7 @@ def cli(*args: str) -> None:
     import contextlib
     import io
 
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     with contextlib.redirect_stdout(io.StringIO()):  # the commands' own summaries: not ours
         code = main(list(args))
@@ -88,7 +88,7 @@ def bench_task(task: str, data: Path | None, args) -> dict:
 
 
 def main(argv=None) -> None:
-    import factory  # noqa: F401  (selects the GL backend before robosuite)
+    import demofactory  # noqa: F401  (selects the GL backend before robosuite)
 
     args = parse_args(argv)
     given = dict(item.split("=", 1) for item in args.data)

@@ -42,16 +42,16 @@ def main() -> None:
     parser.add_argument("--max-iters", type=int, default=30)
     args = parser.parse_args()
 
-    from factory.calibrate import (
+    from demofactory.robustness.calibrate import (
         load_recordings,
         record,
         rollout,
         save_recordings,
     )
-    from factory.calibrate_run import run_calibration
-    from factory.demos import load_seed_demos
-    from factory.sim import Scene
-    from factory.spec import load_spec
+    from demofactory.robustness.calibrate_run import run_calibration
+    from demofactory.seeds.demos import load_seed_demos
+    from demofactory.simulation.scene import Scene
+    from demofactory.specs.spec import load_spec
 
     spec_path = REPO / "scene_specs" / "lift.yaml"
     scene = Scene(load_spec(spec_path))
@@ -121,8 +121,7 @@ def plot(path: Path, params: dict, result, scene) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from factory.calibrate import observed_columns
+    from demofactory.robustness.calibrate import observed_columns
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
     names = list(params)
@@ -169,7 +168,7 @@ def plot(path: Path, params: dict, result, scene) -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -9,7 +9,8 @@ episodes start, not about pixels) with `generation.rebalance` on. Its planned sh
 same attempts, seed for seed, as a run without rebalance (seeds come from the spec seed, the
 shard and the attempt only), so "today" is the coverage of the planned attempts' kept episodes
 and "rebalanced" that of the whole dataset, both counted from generation.json with
-factory.coverage over the same cells. `--baseline` also runs the spec without rebalance and
+demofactory.build.coverage over the same cells. `--baseline` also runs the spec without rebalance
+and
 checks that its planned attempts' placements and outcomes are those of the rebalanced run.
 Prints one JSON object: both figures, the ratio (rebalanced / today), the extra attempts spent
 (and their ratio to the planned ones), the rounds, and the target (>= 0.95).
@@ -63,7 +64,7 @@ def write_spec(path: Path, args, rebalance: bool) -> Path:
 
 
 def run(spec: Path, out: Path, workers: int) -> float:
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     start = time.perf_counter()
     code = main(["run", str(spec), "--out", str(out), "--workers", str(workers), "--no-progress"])
@@ -73,7 +74,7 @@ def run(spec: Path, out: Path, workers: int) -> float:
 
 
 def coverage_of(generation: dict, grid, below: int | None = None) -> dict:
-    from factory.coverage import count, summarize
+    from demofactory.build.coverage import count, summarize
 
     if below is not None:  # only the planned attempts
         generation = {
@@ -86,10 +87,10 @@ def coverage_of(generation: dict, grid, below: int | None = None) -> dict:
 
 
 def main(argv=None) -> None:
-    import factory  # noqa: F401  (selects the GL backend before robosuite)
-    from factory.coverage import PlacementGrid
-    from factory.output_dir import load_generation
-    from factory.spec import load_spec
+    import demofactory  # noqa: F401  (selects the GL backend before robosuite)
+    from demofactory.build.coverage import PlacementGrid
+    from demofactory.build.output_dir import load_generation
+    from demofactory.specs.spec import load_spec
 
     args = parse_args(argv)
     spec_path = write_spec(args.out / "stack_d0_cov_rb.yaml", args, rebalance=True)

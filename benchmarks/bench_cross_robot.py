@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_cross_robot.py --attempts 10 --robots Sawyer --tasks lift
 
 For each task (Lift: lift_lowdim.yaml, 4 Panda human demos; Stack: stack_lowdim.yaml, 1 Panda
-human demo, cubes placed within ±8 cm and ±0.8 rad yaw) and each robot `factory.robots`
+human demo, cubes placed within ±8 cm and ±0.8 rad yaw) and each robot `demofactory.robots.support`
 supports, runs `--attempts` attempts with `task.robot` set to it, through the real generation
 code (seeds as a dataset's, shard by shard; retries as the spec says), and prints one JSON line
 per (task, robot) with the success rate and its ratio to the Panda's, measured in the same run.
@@ -17,9 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from factory.resolve import resolve_spec
-from factory.robots import supported_robots
-from factory.spec import load_spec
+from demofactory.robots.support import supported_robots
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_generation_success import dataset_attempts  # noqa: E402 - the same attempt loop
@@ -64,7 +64,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -5,7 +5,8 @@
 Stack (scene_specs/stack_lowdim.yaml) with a mild `physics:` section. In one process, one
 scene: attempts are generated (ShardWorker.run_attempt, the reference cost) until `--episodes`
 succeed; each success is scored the way `factory divergence` scores a dataset's episode
-(factory.divergence_run.score_recorded: the first steps replayed under its recorded draw,
+(demofactory.robustness.divergence_run.score_recorded: the first steps replayed under its recorded
+draw,
 checked bit for bit against its states, then `--draws` whole replays under other draws).
 Costs are process CPU time (core-seconds), not wall time: the machine is shared. Prints one
 JSON object: core-seconds per episode, the projection to core-minutes per 100 episodes against
@@ -22,13 +23,12 @@ import time
 from pathlib import Path
 
 import yaml
-
-from factory.divergence_run import CHECK_STEPS, score_recorded
-from factory.pipeline import ShardWorker
-from factory.resolve import resolve_spec
-from factory.shard_records import ShardTask
-from factory.spec import load_spec
-from shards.metadata import EpisodeRecord
+from demofactory.build.pipeline import ShardWorker
+from demofactory.build.records import ShardTask
+from demofactory.robustness.divergence_run import CHECK_STEPS, score_recorded
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.shards.metadata import EpisodeRecord
+from demofactory.specs.spec import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "scene_specs"
 PHYSICS = {
@@ -104,7 +104,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

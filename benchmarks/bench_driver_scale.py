@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_driver_scale.py [--shards 1000,10000,100000]
         [--old 1000,10000] [--episodes 10] [--steps 500] [--state-dim 40]
 
-Drives the real `factory.recorder.DatasetRecorder` (what `factory run` calls per finished shard:
+Drives the real `demofactory.build.recorder.DatasetRecorder` (what `factory run` calls per finished
+shard:
 `record`, the `maybe_commit` asked between shards, then `finish`) with simulated shard results:
 `--episodes` episodes of `--steps` steps a shard, each episode record carrying a provenance of
 the size real ones have (~0.7 kB), and the worker's statistics sidecar of [episodes * steps, 7]
@@ -16,7 +17,7 @@ in a fresh process: `peak_rss_mb` is that process's peak resident memory (getrus
 (target <= 2); memory target <= 2 GB at 100,000.
 
 `--old`: the same at these sizes with the recorder before the journal, which rewrote
-generation.json and manifest.json per commit and kept every episode record (factory/run.py at
+generation.json and manifest.json per commit and kept every episode record (factory/build/run.py at
 git revision `--old-rev`, read with `git show`), as a reference measured in the same run.
 
 `quantiles_on_real_data`: the merged sketch's q01..q99 against numpy's exact quantiles on real
@@ -45,10 +46,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from factory.shard_records import ShardResult, ShardTask  # noqa: E402
-from shards import EpisodeRecord, ShardInfo, shard_name, shards_dir  # noqa: E402
-from shards.partial_stats import QUANTILE_ERROR_OF_RANGE, merge_all, partial_stats  # noqa: E402
-from shards.stats import save_sidecar, sidecar_path  # noqa: E402
+from demofactory.build.records import ShardResult, ShardTask  # noqa: E402
+from demofactory.shards import EpisodeRecord, ShardInfo, shard_name, shards_dir  # noqa: E402
+from demofactory.shards.partial_stats import QUANTILE_ERROR_OF_RANGE, merge_all, partial_stats  # noqa: E402
+from demofactory.shards.stats import save_sidecar, sidecar_path  # noqa: E402
 
 POOL = 8
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
@@ -117,9 +118,9 @@ def make_result(index: int, args, sha: str) -> ShardResult:
 
 
 def old_recorder_class(rev: str):
-    """DatasetRecorder as factory/run.py had it at `rev` (before the journal)."""
+    """DatasetRecorder as factory/build/run.py had it at `rev` (before the journal)."""
     source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{rev}:factory/run.py"],
+        ["git", "-C", str(REPO), "show", f"{rev}:factory/build/run.py"],
         check=True,
         capture_output=True,
         text=True,
@@ -127,7 +128,7 @@ def old_recorder_class(rev: str):
     module = types.ModuleType("old_run")
     module.__file__ = "old_run.py"
     sys.modules["old_run"] = module
-    exec(compile(source, f"{rev}:factory/run.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:factory/build/run.py", "exec"), module.__dict__)
     return module.DatasetRecorder
 
 
@@ -142,7 +143,7 @@ def run_one(shards: int, args) -> dict:
         if args.impl == "old":
             recorder = old_recorder_class(args.old_rev)(out, {})
         else:
-            from factory.recorder import DatasetRecorder
+            from demofactory.build.recorder import DatasetRecorder
 
             recorder = DatasetRecorder(out, {})
         record_s = 0.0
@@ -192,8 +193,8 @@ def quantile_errors(dataset: Path | None) -> dict:
         demos = sum(len(v) for k, v in groups.items() if k.startswith("action"))
         source = f"{demos} seed demos in {len(files)} files of scene_specs/demos"
     else:
-        from shards import load_manifest
-        from shards.stats import _read_arrays
+        from demofactory.shards import load_manifest
+        from demofactory.shards.stats import _read_arrays
 
         groups = {"action": [], "state": []}
         for info in load_manifest(dataset).shards:
@@ -230,8 +231,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shards", default="1000,10000,100000", help="sizes, comma-separated")
     parser.add_argument("--old", default="1000,10000", help="sizes for the old recorder ('' none)")
-    parser.add_argument(  # the last commit whose factory/run.py rewrote both files per commit
-        "--old-rev", default="514456ce1794", help="git revision of the old factory/run.py"
+    parser.add_argument(  # the last commit whose factory/build/run.py rewrote both files per commit
+        "--old-rev", default="514456ce1794", help="git revision of the old factory/build/run.py"
     )
     parser.add_argument("--episodes", type=int, default=10, help="episodes a shard")
     parser.add_argument("--steps", type=int, default=500, help="steps an episode")

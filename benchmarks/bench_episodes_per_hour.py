@@ -158,8 +158,7 @@ def summarize(out: Path, wall_s: float, cpu_s: float, attempts: int, load_before
 def spec_with_detail(spec: Path, detail: str, out: Path) -> Path:
     """`spec` with `render.detail` set, seed demos made absolute, written to `out`."""
     import yaml
-
-    from factory.spec import load_raw_spec
+    from demofactory.specs.spec import load_raw_spec
 
     raw = load_raw_spec(spec)
     raw["seed_demos"] = [str((spec.parent / p).resolve()) for p in raw["seed_demos"]]

@@ -22,10 +22,9 @@ import json
 import time
 
 import numpy as np
-
-from factory.resolve import resolve_spec
-from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.spec import load_spec
 
 
 def main() -> None:
@@ -112,13 +111,13 @@ def _mj_step_rate(scene, demos, count: int) -> float:
 
 
 def _no_offsets():
-    from factory.sim import Placement
+    from demofactory.simulation.scene import Placement
 
     return Placement({})
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

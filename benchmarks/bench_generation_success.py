@@ -27,12 +27,11 @@ import json
 import time
 
 import numpy as np
-
-from factory.resolve import resolve_spec
-from factory.shard_records import plan_shards
-from factory.sim import Placement
-from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.build.records import plan_shards
+from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.simulation.scene import Placement
+from demofactory.specs.spec import load_spec
 
 # (spec, what seeds it, the success it must reach). MimicGen (NVlabs, this kind of machine): 54 % on
 # Stack D0 from the same human demo; it refuses the NutAssembly and PickPlace human demos (object
@@ -205,7 +204,7 @@ def run_suite(attempts: int, only: list[str] | None) -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

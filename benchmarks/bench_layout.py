@@ -29,13 +29,12 @@ import time
 from pathlib import Path
 
 import torch
-
-from shards import Episode, shards_dir
-from shards.dataset import write_dataset
-from shards.export_source import load_source, read_episodes
-from shards.loader import make_loader
-from shards.metadata import load_dataset_info
-from shards.shard_layout import SHARD_LAYOUTS
+from demofactory.shards import Episode, shards_dir
+from demofactory.shards.dataset import write_dataset
+from demofactory.shards.export_source import load_source, read_episodes
+from demofactory.shards.loader import make_loader
+from demofactory.shards.metadata import load_dataset_info
+from demofactory.shards.shard_layout import SHARD_LAYOUTS
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 

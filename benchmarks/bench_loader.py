@@ -12,7 +12,8 @@ best of `--repeats` rounds in one process (no DataLoader workers):
                  (both cameras decoded to uint8 [3, H, W], state, action chunk, mask);
 - jpeg_ceiling:  the same JPEG bytes, already in memory, decoded in a tight loop by the
                  loader's decode function (PIL -> numpy -> transposing copy -> tensor);
-- hdf5:          the robomimic export of the same dataset (`shards.export_robomimic`), read
+- hdf5:          the robomimic export of the same dataset (`demofactory.shards.export_robomimic`),
+read
                  per step with h5py: each camera's image sliced at t (then transposed to
                  [3, H, W] like the loader's), the state parts at t, the actions t..t+H-1.
 
@@ -41,12 +42,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
+from demofactory.shards import Episode, shards_dir
+from demofactory.shards.dataset import write_dataset
+from demofactory.shards.export_robomimic import export_robomimic
+from demofactory.shards.loader import _decode_jpeg, make_loader
 from PIL import Image
-
-from shards import Episode, shards_dir
-from shards.dataset import write_dataset
-from shards.export_robomimic import export_robomimic
-from shards.loader import _decode_jpeg, make_loader
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 EPISODES_PER_SHARD = 5

@@ -13,7 +13,7 @@ training step in the main process (on 2 cores: 1 worker + the main process). In 
 interleaved rounds of `--batches` batches (after a few untimed ones), best of `--repeats`:
 
 - decode_ceiling: samples/s the DataLoader yields when the consumer does nothing;
-- train:          samples/s when each batch trains a small image policy (`factory.policy.
+- train:          samples/s when each batch trains a small image policy (`demofactory.train.policy.
                   ChunkPolicy` with `image_shape`: three conv layers over the cameras stacked
                   as channels, + the normalized state, an MLP to the action chunk; masked L1,
                   AdamW) on `--threads` torch threads in the main process;
@@ -49,10 +49,9 @@ WARM_BATCHES = 4  # untimed at the start of a round: more than the prefetch queu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_loader, beside this file
 from bench_loader import build_dataset  # noqa: E402
-
-from factory.policy import ChunkPolicy, masked_l1  # noqa: E402
-from shards import load_dataset_info, load_manifest  # noqa: E402
-from shards.loader import make_loader  # noqa: E402
+from demofactory.shards import load_dataset_info, load_manifest  # noqa: E402
+from demofactory.shards.loader import make_loader  # noqa: E402
+from demofactory.train.policy import ChunkPolicy, masked_l1  # noqa: E402
 
 
 def make_step(policy: ChunkPolicy, cameras: list[str], pool: int = 1):

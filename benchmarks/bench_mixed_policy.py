@@ -28,11 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-import factory  # noqa: F401  (selects the GL backend before robosuite)
-from factory.resolve import resolve_spec
-from factory.spec import load_spec
-from factory.train_eval import train_eval
-from factory.train_eval_config import TrainEvalConfig
+import demofactory  # noqa: F401  (selects the GL backend before robosuite)
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.spec import load_spec
+from demofactory.train.config import TrainEvalConfig
+from demofactory.train.train_eval import train_eval
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "scene_specs/mixed/lift_mixed_lowdim.yaml"
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -16,10 +16,10 @@ import argparse
 import json
 import time
 
-from factory.physics import attempt_physics
-from factory.resolve import resolve_spec
-from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.simulation.physics import attempt_physics
+from demofactory.specs.spec import load_spec
 
 
 def main() -> None:
@@ -80,7 +80,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

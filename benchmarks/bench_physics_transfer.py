@@ -36,17 +36,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import demofactory  # noqa: F401  (selects the GL backend before robosuite)
 import torch
-
-import factory  # noqa: F401  (selects the GL backend before robosuite)
-from factory.errors import UserError
-from factory.eval_physics import load_eval_physics
-from factory.policy import ChunkPolicy, ObsLayout
-from factory.resolve import resolve_spec
-from factory.spec import load_spec
-from factory.train_core import evaluate
-from factory.train_eval import train_eval
-from factory.train_eval_config import TrainEvalConfig
+from demofactory.errors import UserError
+from demofactory.robustness.eval_physics import load_eval_physics
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.spec import load_spec
+from demofactory.train.config import TrainEvalConfig
+from demofactory.train.core import evaluate
+from demofactory.train.policy import ChunkPolicy, ObsLayout
+from demofactory.train.train_eval import train_eval
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = {  # task -> (nominal spec: rollouts and nominal data, randomized data's spec)
@@ -284,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -26,12 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-import factory  # noqa: F401  (selects the GL backend before robosuite)
-from factory.resolve import resolve_spec
-from factory.seeds import write_seed_dataset
-from factory.spec import load_spec
-from factory.train_eval import train_eval
-from factory.train_eval_config import TrainEvalConfig
+import demofactory  # noqa: F401  (selects the GL backend before robosuite)
+from demofactory.build.seed_dataset import write_seed_dataset
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.spec import load_spec
+from demofactory.train.config import TrainEvalConfig
+from demofactory.train.train_eval import train_eval
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = {
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

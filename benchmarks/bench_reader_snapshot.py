@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_reader_snapshot.py [--shards 200] [--episodes 5] [--steps 40]
 
-Writes a real dataset (shards.dataset.write_dataset: `--shards` shards of `--episodes` episodes of
+Writes a real dataset (demofactory.shards.dataset.write_dataset: `--shards` shards of `--episodes`
+episodes of
 `--steps` steps, one 32x32 camera) in a temporary folder, then times, each `--repeat` times, best
 of: `reading(DIR)` (the snapshot every CLI reader and the loader take: small files hard-linked or
 copied, every shard file linked) and, as the reference measured in the same run, the cheapest
@@ -20,12 +21,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from shards import Episode, load_episodes, load_manifest
-from shards.dataset import write_dataset
-from shards.snapshot import reading
-from shards.stats import load_stats
-from shards.verify import verify_dataset
+from demofactory.shards import Episode, load_episodes, load_manifest
+from demofactory.shards.dataset import write_dataset
+from demofactory.shards.snapshot import reading
+from demofactory.shards.stats import load_stats
+from demofactory.shards.verify import verify_dataset
 
 
 def _episodes(shards: int, per_shard: int, steps: int, rng: np.random.Generator) -> list[Episode]:

@@ -6,10 +6,11 @@
 
 The two datasets are `benchmarks/bench_coverage.py --baseline`'s (the same planned attempts,
 one without and one with `generation.rebalance`; made first when missing, with --attempts).
-The same behaviour-cloning recipe as `factory train-eval` (factory.train_eval: same MLP,
+The same behaviour-cloning recipe as `factory train-eval` (demofactory.train.train_eval: same MLP,
 observation, action chunks, gradient steps, batch and training seed) is trained on each, and
 both policies are rolled out on the same uniform grid of placements: every pair of cell
-centres of the two cubes (factory.coverage cells, --grid-bins per placed axis), skipping the
+centres of the two cubes (demofactory.build.coverage cells, --grid-bins per placed axis), skipping
+the
 pairs closer than the spec's min_separation. The rebalanced dataset holds more episodes than
 the success-only one (its extra attempts): both counts are in the result, so a gain can be
 weighed against the extra data. Prints one JSON object: per arm the episodes, training time and
@@ -56,8 +57,8 @@ def grid_placements(spec, bins: int):
     """Every pair of cell centres of the placed objects (min_separation kept), in order."""
     import itertools
 
-    from factory.coverage import PlacementGrid
-    from generators.scene_api import Placement
+    from demofactory.build.coverage import PlacementGrid
+    from demofactory.generators.scene_api import Placement
 
     grid = PlacementGrid.from_spec(spec.placement, bins)
     names = list(grid.ranges)
@@ -84,8 +85,7 @@ def separated(placement, start_xy, min_sep: float) -> bool:
 
 
 def train_and_grid(dataset: Path, resolved, config, placements) -> dict:
-    from factory.policy import make_obs_layout
-    from factory.train_core import (
+    from demofactory.train.core import (
         check_dataset,
         idle_steps,
         load_training_data,
@@ -93,6 +93,7 @@ def train_and_grid(dataset: Path, resolved, config, placements) -> dict:
         start_state,
         train_policy,
     )
+    from demofactory.train.policy import make_obs_layout
 
     scene = resolved.scene
     check_dataset(dataset, scene)
@@ -123,10 +124,10 @@ def train_and_grid(dataset: Path, resolved, config, placements) -> dict:
 
 
 def main(argv=None) -> None:
-    import factory  # noqa: F401  (selects the GL backend before robosuite)
-    from factory.resolve import resolve_spec
-    from factory.spec import load_spec
-    from factory.train_eval_config import TrainEvalConfig
+    import demofactory  # noqa: F401  (selects the GL backend before robosuite)
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
+    from demofactory.train.config import TrainEvalConfig
 
     args = parse_args(argv)
     if (

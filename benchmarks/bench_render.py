@@ -34,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from factory.render import FrameRenderer  # noqa: E402
-from factory.resolve import resolve_spec  # noqa: E402
-from factory.spec import CameraSpec, load_spec  # noqa: E402
+from demofactory.seeds.resolve import resolve_spec  # noqa: E402
+from demofactory.simulation.render import FrameRenderer  # noqa: E402
+from demofactory.specs.spec import CameraSpec, load_spec  # noqa: E402
 
 
 def _fps(fn, states) -> float:
@@ -165,7 +165,7 @@ def _time(fn) -> float:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import factory  # noqa: E402, F401  (before mujoco: it picks the offscreen GL backend)
+import demofactory  # noqa: E402, F401  (before mujoco: it picks the offscreen GL backend)
 
 
 def _load(args):
@@ -39,17 +39,17 @@ def _load(args):
         from scene_file import load_scene_file
 
         return load_scene_file(Path(args.scene_file))
-    from factory.resolve import resolve_spec
-    from factory.spec import load_spec
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
 
     resolved = resolve_spec(load_spec(args.spec))
     return resolved.scene, resolved.demos[0].demo.states
 
 
 def _worker(args, barrier, results) -> None:
-    from factory import robot_repairs
-    from factory.render import FrameRenderer
-    from factory.spec import CameraSpec, RenderSpec
+    from demofactory.robots import repairs as robot_repairs
+    from demofactory.simulation.render import FrameRenderer
+    from demofactory.specs.spec import CameraSpec, RenderSpec
 
     robot_repairs.install()  # a spawned process: robosuite's registries start afresh
     scene, states = _load(args)
@@ -150,7 +150,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

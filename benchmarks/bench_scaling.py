@@ -68,12 +68,12 @@ def write_spec(path: Path, attempts: int, per_shard: int, horizon: int = 400) ->
 def run_loop(spec_path: Path, out: Path) -> tuple[float, float]:
     """Every shard with ShardWorker.run_shard in this process, timed from spec resolution to stats;
     (wall seconds, CPU seconds of this process)."""
-    from factory.pipeline import ShardWorker
-    from factory.resolve import resolve_spec
-    from factory.run import DatasetRecorder, dataset_info
-    from factory.shard_records import plan_shards
-    from factory.spec import load_spec
-    from shards import save_dataset_info
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import plan_shards
+    from demofactory.build.run import DatasetRecorder, dataset_info
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.shards import save_dataset_info
+    from demofactory.specs.spec import load_spec
 
     start, cpu = time.perf_counter(), time.process_time()
     resolved = resolve_spec(load_spec(spec_path))
@@ -106,11 +106,11 @@ def run_cli(spec_path: Path, out: Path, workers: int) -> tuple[float, float]:
 
 def run_in_cluster(resolved, out: Path, workers: int) -> dict:
     """run_shards on the connected cluster, as run_dataset does: wall and steady-state seconds."""
-    from cluster.runner import ClusterConfig, run_shards
-    from factory.run import DatasetRecorder, dataset_info
-    from factory.shard_records import plan_shards
-    from factory.worker_factory import ShardWorkerFactory
-    from shards import save_dataset_info
+    from demofactory.build.records import plan_shards
+    from demofactory.build.run import DatasetRecorder, dataset_info
+    from demofactory.build.worker_factory import ShardWorkerFactory
+    from demofactory.cluster.runner import ClusterConfig, run_shards
+    from demofactory.shards import save_dataset_info
 
     out.mkdir(parents=True)
     save_dataset_info(out, dataset_info(resolved.spec, resolved.scene.state_size))
@@ -147,7 +147,7 @@ def run_in_cluster(resolved, out: Path, workers: int) -> dict:
 
 
 def summary(out: Path) -> dict:
-    from factory.report import summarize
+    from demofactory.build.report import summarize
 
     report = summarize(out)
     generation = json.loads((out / "generation.json").read_text())
@@ -157,9 +157,9 @@ def summary(out: Path) -> dict:
 
 def commit_time_at(shards: int, spec_path: Path, dataset: Path, out: Path) -> float:
     """One commit of a dataset of `shards` shards, built from `dataset`'s results, new names."""
-    from factory.run import DatasetRecorder, finished_results
-    from factory.shard_records import ShardTask, plan_shards
-    from factory.spec import load_spec
+    from demofactory.build.records import ShardTask, plan_shards
+    from demofactory.build.run import DatasetRecorder, finished_results
+    from demofactory.specs.spec import load_spec
 
     real = list(finished_results(dataset, plan_shards(load_spec(spec_path))).values())
     results = []
@@ -215,9 +215,8 @@ def main() -> None:
         )
 
     import ray
-
-    from factory.resolve import resolve_spec
-    from factory.spec import load_spec
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
 
     resolved = resolve_spec(load_spec(scaling_spec))
     # Near-empty shards (horizon 2: one 2-step attempt each): the driver's own cost per shard.
@@ -306,7 +305,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

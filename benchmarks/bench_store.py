@@ -35,10 +35,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    from factory.output_dir import load_generation
-    from factory.run import run_dataset
-    from factory.spec import load_spec
-    from shards import load_manifest
+    from demofactory.build.output_dir import load_generation
+    from demofactory.build.run import run_dataset
+    from demofactory.shards import load_manifest
+    from demofactory.specs.spec import load_spec
+
     from tests.s3_server import start_s3_server
 
     scratch = Path(tempfile.mkdtemp(prefix="bench_store-"))
@@ -87,7 +88,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

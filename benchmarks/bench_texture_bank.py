@@ -39,10 +39,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from demofactory.generators import texture_bank as tb  # noqa: E402
+from demofactory.generators.params import TextureBankParams  # noqa: E402
 from test_texture_bank import make_random_pipeline  # noqa: E402
-
-from generators import texture_bank as tb  # noqa: E402
-from generators.params import TextureBankParams  # noqa: E402
 
 
 def main() -> None:

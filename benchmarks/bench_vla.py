@@ -32,11 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import factory  # noqa: F401  (selects the GL backend before robosuite)
-from factory.resolve import resolve_spec
-from factory.spec import load_spec
-from factory.train_eval import train_eval
-from factory.train_eval_config import TrainEvalConfig
+import demofactory  # noqa: F401  (selects the GL backend before robosuite)
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.spec import load_spec
+from demofactory.train.config import TrainEvalConfig
+from demofactory.train.train_eval import train_eval
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {
@@ -112,17 +112,16 @@ def grounding_figure(policy_file: Path, out: Path, scenes: int = 3) -> None:
     import mujoco
     import numpy as np
     import torch
+    from demofactory.generators.mimicgen import sample_placement
+    from demofactory.simulation.render import FrameRenderer
+    from demofactory.specs.adapters import placement_params
+    from demofactory.specs.language import episode_language, paint_objects
+    from demofactory.specs.spec import CameraSpec
+    from demofactory.train.core import eval_seed, start_state
+    from demofactory.train.policy import make_observation
+    from demofactory.train.vla import InstructedPolicy, load_vla
+    from demofactory.train.vla_train import frames_view, proprio_layout
     from PIL import Image, ImageDraw
-
-    from factory.adapters import placement_params
-    from factory.language import episode_language, paint_objects
-    from factory.policy import make_observation
-    from factory.render import FrameRenderer
-    from factory.spec import CameraSpec
-    from factory.train_core import eval_seed, start_state
-    from factory.vla import InstructedPolicy, load_vla
-    from factory.vla_train import frames_view, proprio_layout
-    from generators.mimicgen import sample_placement
 
     policy, tokenizer, _ = load_vla(policy_file)
     resolved = resolve_spec(load_spec(TASKS["language"]["spec"]))
@@ -286,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -97,17 +97,17 @@ def ensure_dataset(work: Path) -> Path:
     raw["subtasks"][1]["instruction"] = "lift it off the table"
     spec = work / "lift_subtasks.yaml"
     spec.write_text(yaml.safe_dump(raw, sort_keys=False))
-    command = [sys.executable, "-m", "factory.cli", "run", str(spec), "--out", str(dataset),
-               "--attempts", "10", "--no-progress"]  # fmt: skip
+    command = [sys.executable, "-m", "demofactory.cli.main", "run", str(spec),
+               "--out", str(dataset), "--attempts", "10", "--no-progress"]  # fmt: skip
     subprocess.run(command, check=True, cwd=ROOT)
     return dataset
 
 
 def export_all(dataset: Path, work: Path) -> tuple[Path, Path, Path]:
     """GR00T and LeRobot exports of `dataset` (fresh), and the reference states."""
-    from shards.export_gr00t import export_gr00t
-    from shards.export_lerobot import export_lerobot
-    from shards.export_source import load_source, read_episodes
+    from demofactory.shards.export_gr00t import export_gr00t
+    from demofactory.shards.export_lerobot import export_lerobot
+    from demofactory.shards.export_source import load_source, read_episodes
 
     gr00t, lerobot = work / "export-gr00t", work / "export-lerobot"
     for out in (gr00t, lerobot):

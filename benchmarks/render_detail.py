@@ -24,11 +24,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.simulation.render import FrameRenderer
+from demofactory.specs.spec import CameraSpec, load_spec
 from PIL import Image, ImageDraw
-
-from factory.render import FrameRenderer
-from factory.resolve import resolve_spec
-from factory.spec import CameraSpec, load_spec
 
 PSNR_TARGET_DB = 35.0
 

@@ -4,7 +4,8 @@
 
 The file holds the compiled MuJoCo model (MJB bytes, meshes and textures included), the
 states of the spec's first seed demo, and the spec's object bodies (for object segmentation).
-`load_scene_file` gives back an object with what `factory.render.FrameRenderer` reads from a
+`load_scene_file` gives back an object with what `demofactory.simulation.render.FrameRenderer` reads
+from a
 `Scene`: `model`, `data`, `bodies` and `set_state`.
 """
 
@@ -19,7 +20,8 @@ import numpy as np
 
 
 class FileScene:
-    """The rendering side of `factory.sim.Scene`, from a saved model and its states."""
+    """The rendering side of `demofactory.simulation.scene.Scene`, from a saved model and its
+    states."""
 
     def __init__(self, model, bodies: dict[str, int]):
         import mujoco
@@ -40,9 +42,8 @@ class FileScene:
 def export_scene_file(spec_path: str, out: Path) -> Path:
     """Resolve `spec_path` (robosuite needed) and save its model, first demo's states and bodies."""
     import mujoco
-
-    from factory.resolve import resolve_spec
-    from factory.spec import load_spec
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
 
     resolved = resolve_spec(load_spec(spec_path))
     scene = resolved.scene
@@ -84,7 +85,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from factory import robot_repairs
+    from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
     main()

@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 
+from demofactory.cluster.errors import ClusterAddressError
 from ray._raylet import (
     AuthenticationMode,
     AuthenticationTokenLoader,
@@ -24,8 +25,6 @@ from ray._raylet import (
     get_authentication_mode,
 )
 from ray.exceptions import AuthenticationError, RayError
-
-from cluster.errors import ClusterAddressError
 
 START_HINT = (
     "start one with `ray start --head` and pass the address it prints, "

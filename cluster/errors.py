@@ -1,6 +1,6 @@
 """The cluster's own errors: what a user can fix about where and how shards run.
 
-`cluster/` imports nothing of `factory`; `factory.errors.USER_FACING_ERRORS` lists
+`cluster/` imports nothing of `factory`; `demofactory.errors.USER_FACING_ERRORS` lists
 `ClusterError`, and the CLI prints any of these as one `error:` line, exit 2.
 """
 

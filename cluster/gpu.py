@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from cluster.errors import ClusterError, GpuRenderError
+from demofactory.cluster.errors import ClusterError, GpuRenderError
 
 __all__ = ["GpuRenderError", "apply_gpu_render_env", "egl_device_for", "gpu_render_env"]
 

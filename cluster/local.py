@@ -1,6 +1,7 @@
 """A Ray cluster of several nodes on this one machine, all on loopback: for tests, benchmarks.
 
-    .venv/bin/python -m cluster.local --nodes 2 --cpus 1     # prints the address; Ctrl-C stops it
+    .venv/bin/python -m demofactory.cluster.local --nodes 2 --cpus 1     # prints the address;
+    Ctrl-C stops it
     export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
     .venv/bin/factory run scene_specs/lift.yaml --address 127.0.0.1:PORT
 
@@ -31,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.reaper import descendants, start_time
+from demofactory.cluster.reaper import descendants, start_time
 
 # Runs `ray start` with Ray's "make 127.0.0.1 reachable from elsewhere" rewrite turned off.
 _LOOPBACK_NODE = """

@@ -40,7 +40,12 @@ def watch_local_cluster(roots: dict[int, int]) -> subprocess.Popen:
     """Start a reaper for `roots` (pid -> start time) and their descendants; stop it with
     `release`."""
     reaper = subprocess.Popen(
-        [sys.executable, "-m", "cluster.reaper", *(f"{pid}:{t}" for pid, t in roots.items())],
+        [
+            sys.executable,
+            "-m",
+            "demofactory.cluster.reaper",
+            *(f"{pid}:{t}" for pid, t in roots.items()),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

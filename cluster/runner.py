@@ -6,7 +6,8 @@
                 ──► result (+ node) ──► on_result
     actors ──► progress actor, on the driver's node: (shard, success) per attempt ──► on_attempt
 
-The cluster does not know what it runs: `factory.run` passes a `WorkerFactory` (a picklable
+The cluster does not know what it runs: `demofactory.build.run` passes a `WorkerFactory` (a
+picklable
 callable that builds the factory's `ShardWorker` in the actor), and tasks and results are
 records of the factory's, opaque here. Only small records cross the object store (the worker
 factory and annotated demos once, then tasks, results, progress); each actor writes its shard
@@ -48,13 +49,12 @@ from pathlib import Path
 from typing import Protocol
 
 import ray
+from demofactory.cluster.address import START_HINT, TOKEN_HINT, first_line, probe_address
+from demofactory.cluster.errors import ClusterAddressError, ClusterError, ShardWriteError
+from demofactory.cluster.gpu import GPU_WAIT_ENV, apply_gpu_render_env, gpu_wait_s
+from demofactory.cluster.reaper import children, release, watch_local_cluster
 from ray.exceptions import AuthenticationError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-from cluster.address import START_HINT, TOKEN_HINT, first_line, probe_address
-from cluster.errors import ClusterAddressError, ClusterError, ShardWriteError
-from cluster.gpu import GPU_WAIT_ENV, apply_gpu_render_env, gpu_wait_s
-from cluster.reaper import children, release, watch_local_cluster
 
 __all__ = [
     "ClusterConfig",

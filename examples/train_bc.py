@@ -19,11 +19,10 @@ import json
 import time
 
 import torch
+from demofactory.shards import load_dataset_info
+from demofactory.shards.loader import make_loader
 from torch import nn
 from torch.utils.data import DataLoader
-
-from shards import load_dataset_info
-from shards.loader import make_loader
 
 
 class Policy(nn.Module):

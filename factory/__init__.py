@@ -1,6 +1,6 @@
 """The orchestrator: CLI, scene specs, simulation adapter, pipeline, reports."""
 
-from factory._gl import use_default_gl
+from demofactory._gl import use_default_gl
 
 # Before any module of the package can import mujoco: the one place MUJOCO_GL's default is set.
 use_default_gl()

@@ -3,15 +3,15 @@
 `factory` raises `UserError` (and `SpecError`); the libraries it drives import nothing of
 `factory` and raise their own: the dataset format's `DatasetError` (exports: `ExportError`),
 the cluster's `ClusterError`, the generators' `GeneratorError` (the texture bank's
-`TextureBankError`). `USER_FACING_ERRORS` lists the roots; `factory.cli.main` catches them
+`TextureBankError`). `USER_FACING_ERRORS` lists the roots; `demofactory.cli.main.main` catches them
 all in one place and nothing converts one into another on the way.
 """
 
 from __future__ import annotations
 
-from cluster.errors import ClusterError
-from generators.errors import GeneratorError
-from shards.format import DatasetError
+from demofactory.cluster.errors import ClusterError
+from demofactory.generators.errors import GeneratorError
+from demofactory.shards.format import DatasetError
 
 
 class UserError(Exception):

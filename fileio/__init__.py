@@ -26,7 +26,7 @@ class DatasetError(Exception):
 
     The message names the file and what is wrong with it. The dataset format's own error: not
     a `ValueError` (a bug's `ValueError` must not pass for a damaged dataset), and printed by
-    the CLI as one `error:` line, exit 2 (`factory.errors.USER_FACING_ERRORS`).
+    the CLI as one `error:` line, exit 2 (`demofactory.errors.USER_FACING_ERRORS`).
     """
 
 

@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 
 import mujoco
 import numpy as np
-
-from generators.errors import GeneratorFieldError
-from generators.params import AppearanceParams
-from generators.textures import fit_texture, make_pattern
+from demofactory.generators.errors import GeneratorFieldError
+from demofactory.generators.params import AppearanceParams
+from demofactory.generators.textures import fit_texture, make_pattern
 
 PATTERN_SIZE = (
     256  # pixels: procedural images are made at this side, then fitted to each texture slot

@@ -1,6 +1,6 @@
 """Errors a user can fix in what the generators were given (a surface, a texture-bank model).
 
-The generators import nothing of `factory`: these classes are their own. `factory.errors`
+The generators import nothing of `factory`: these classes are their own. `demofactory.errors`
 lists them among the user-facing errors, which the CLI prints as one line (exit 2).
 """
 

@@ -16,8 +16,10 @@ One attempt, for each subtask in the order the chosen source demo did them:
 then keep the attempt only if the task's success check holds over its final steps.
 
 Physics only: nothing here renders. Every random draw comes from the attempt's seed.
-The scene is anything with the `generators.scene_api.Scene` methods and the parameters are
-`generators.params.MimicGenParams` (`factory.adapters.mimicgen_params` maps a spec onto them).
+The scene is anything with the `demofactory.generators.scene_api.Scene` methods and the parameters
+are
+`demofactory.generators.params.MimicGenParams` (`demofactory.specs.adapters.mimicgen_params` maps a
+spec onto them).
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from generators.params import GenerationParams, MimicGenParams, PlacementParams
-from generators.poses import (
+from demofactory.generators.params import GenerationParams, MimicGenParams, PlacementParams
+from demofactory.generators.poses import (
     add_action_noise,
     held_offset,
     interpolate_poses,
@@ -39,10 +40,10 @@ from generators.poses import (
     transform_segment,
     transit_over,
 )
-from generators.predicates import parse_predicate
-from generators.records import AnnotatedDemo, Attempt
-from generators.scene_api import ACTION_DIM, PROPRIO_DIM, Placement, Scene
-from generators.skills import last_sign_change, straight_approach
+from demofactory.generators.predicates import parse_predicate
+from demofactory.generators.records import AnnotatedDemo, Attempt
+from demofactory.generators.scene_api import ACTION_DIM, PROPRIO_DIM, Placement, Scene
+from demofactory.generators.skills import last_sign_change, straight_approach
 
 
 @dataclass(frozen=True)
@@ -171,9 +172,8 @@ def generate_attempt(
     try:
         scene.reset_to(demos[0].start_state, placement, fixtures=demos[0].fixture_poses)
         if scene.has_redrawn_fixtures:
-            provenance["fixtures"] = (
-                scene.fixture_poses()
-            )  # what a re-render or a re-simulation needs
+            # what a re-render or a re-simulation needs
+            provenance["fixtures"] = scene.fixture_poses()
         outcome = _Rollout(scene, params, demos, rng, rec, retries, provenance).run()
     except Exception as err:  # MuJoCo instabilities and controller errors end this attempt only
         outcome.reason = f"simulator error: {type(err).__name__}: {err}"

@@ -1,12 +1,15 @@
 """The parameters the generators take: plain frozen records, defined here, not the spec.
 
-The generators import nothing of `factory`; `factory.adapters` maps the validated scene spec
-(`factory.spec.SceneSpec`, pydantic) onto these records, field by field. Units and meanings are
+The generators import nothing of `factory`; `demofactory.specs.adapters` maps the validated scene
+spec
+(`demofactory.specs.spec.SceneSpec`, pydantic) onto these records, field by field. Units and
+meanings are
 the spec's: see the matching `*Spec` model for each field's documentation and default.
 
-    SceneSpec ──► factory.adapters ──► MimicGenParams      (generators.mimicgen)
-                                   ──► AppearanceParams    (generators.appearance)
-                                   ──► TextureBankParams   (generators.texture_bank)
+    SceneSpec ──► demofactory.specs.adapters ──► MimicGenParams
+    (demofactory.generators.mimicgen)
+                                   ──► AppearanceParams    (demofactory.generators.appearance)
+                                   ──► TextureBankParams   (demofactory.generators.texture_bank)
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# --- trajectory generation (generators.mimicgen) -------------------------------------------------
+# --- trajectory generation (demofactory.generators.mimicgen)
+# -------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class PlacementParams:
 
 @dataclass(frozen=True)
 class GenerationParams:
-    """The MimicGen knobs of one attempt (`factory.spec.GenerationSpec` documents each)."""
+    """The MimicGen knobs of one attempt (`demofactory.specs.spec.GenerationSpec` documents
+    each)."""
 
     source_selection: str  # "random", "nearest_object" or "nearest_robot"
     nearest_k: int
@@ -66,12 +71,13 @@ class SubtaskParams:
     object: str
     ends_when: str | None = None  # None: the task's success ends it (the last subtask)
     end_offset: tuple[int, int] = (0, 0)  # [lo, hi] steps after the predicate first holds
-    skill_margin: float = 0.08  # metres: see factory.spec_sections.SkillSpec
+    skill_margin: float = 0.08  # metres: see demofactory.specs.sections.SkillSpec
 
 
 @dataclass(frozen=True)
 class MimicGenParams:
-    """Everything `generators.mimicgen.generate_attempt` needs besides the scene and demos."""
+    """Everything `demofactory.generators.mimicgen.generate_attempt` needs besides the scene and
+    demos."""
 
     objects: tuple[str, ...]  # the scene's object names (predicates and poses use them)
     subtasks: tuple[SubtaskParams, ...]  # in spec order: demos' `order` indexes into it
@@ -81,7 +87,8 @@ class MimicGenParams:
     symmetry: Mapping[str, int] = field(default_factory=dict)  # object -> N-fold yaw symmetry
 
 
-# --- appearance (generators.appearance) ----------------------------------------------------------
+# --- appearance (demofactory.generators.appearance)
+# ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,8 @@ class AppearanceParams:
     camera: CameraJitterParams | None = None
 
 
-# --- texture bank (generators.texture_bank) ------------------------------------------------------
+# --- texture bank (demofactory.generators.texture_bank)
+# ------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@
 `hand` is a reserved name, not a spec object: only `touching` takes it, and a spec may not name
 an object `hand`.
 
-Parsing is pure; evaluation belongs to the scene (`generators.scene_api.Scene.holds`; the
-robosuite one is `factory.sim.Scene`), which owns the simulator.
+Parsing is pure; evaluation belongs to the scene (`demofactory.generators.scene_api.Scene.holds`;
+the
+robosuite one is `demofactory.simulation.scene.Scene`), which owns the simulator.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class AnnotatedDemo:
     """A seed demo replayed in the current simulator, ready to be re-targeted.
 
     eef_poses: [T, 4, 4] end-effector (grip site) poses of the generation robot (a demo of
-        another robot: its grasp frame's poses carried over, `factory.grasp_frame`).
+        another robot: its grasp frame's poses carried over, `demofactory.simulation.grasp_frame`).
     object_poses: spec object name -> [T, 4, 4] body poses.
     gripper: [T] gripper command per step (the demo's last action dimension).
     subtask_ends: per subtask (spec index), the step at which it ends in this demo: one past
@@ -73,7 +73,8 @@ class AnnotatedDemo:
     start: np.ndarray | None = None
     # The robot it was annotated for (the generation robot; a mixed dataset has one set a robot).
     robot: str = ""
-    # Per subtask (spec index): where its skill window opens (`generators.skills`), and why;
+    # Per subtask (spec index): where its skill window opens (`demofactory.generators.skills`), and
+    # why;
     # generation.transit: plan replays [skill start, segment end) and plans the way there.
     skill_starts: tuple[int, ...] = ()
     skill_ends: tuple[int, ...] = ()  # per subtask: a window's end given in the spec, else 0

@@ -1,6 +1,7 @@
 """What the trajectory generator needs of a simulated scene: a `Scene` protocol, not a class.
 
-`generators.mimicgen` drives any object with these methods; `factory.sim.Scene` (robosuite) is
+`demofactory.generators.mimicgen` drives any object with these methods;
+`demofactory.simulation.scene.Scene` (robosuite) is
 the one the factory builds. Poses are 4x4 homogeneous matrices in the world frame, metres and
 radians; a state is the flattened simulator state [N] (time, qpos, qvel).
 """
@@ -12,8 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
-from generators.predicates import Predicate
+from demofactory.generators.predicates import Predicate
 
 # The per-step vectors a scene reports and takes: (name, size) in order.
 PROPRIO_LAYOUT = (("eef_pos", 3), ("eef_quat_xyzw", 4), ("gripper_qpos", 2))
@@ -39,7 +39,7 @@ class Placement:
 
 
 class Scene(Protocol):
-    """The simulator as `generators.mimicgen` uses it (and nothing more)."""
+    """The simulator as `demofactory.generators.mimicgen` uses it (and nothing more)."""
 
     @property
     def state_size(self) -> int:
@@ -88,7 +88,7 @@ class Scene(Protocol):
         """Whether the task is done in the current state."""
 
     def holds(self, predicate: Predicate | str) -> bool:
-        """Evaluate a predicate (`generators.predicates`) on the current state."""
+        """Evaluate a predicate (`demofactory.generators.predicates`) on the current state."""
 
     def grasp_correction(self, obj: str, rel: np.ndarray) -> np.ndarray:
         """[4, 4] a turn about `obj`'s z axis that makes a recorded grasp (the grip site in the

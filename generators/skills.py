@@ -14,7 +14,7 @@ boundaries are marked by hand there; here they are found from the demo:
 
 `paused_steps` marks steps where nothing moved (hand, fingers, objects) and the command did not
 change: the generator drops all but the first `keep` of each such run from a replayed window.
-Pure numpy: the annotation (`factory.annotate`) supplies the per-step arrays.
+Pure numpy: the annotation (`demofactory.seeds.annotate`) supplies the per-step arrays.
 """
 
 from __future__ import annotations

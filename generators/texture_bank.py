@@ -36,10 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
-from tqdm import tqdm
-
-from fileio import (
+from demofactory.fileio import (
     DatasetError,
     atomic_output,
     dumps_json,
@@ -47,8 +44,10 @@ from fileio import (
     sha256_file,
     write_text_atomic,
 )
-from generators.errors import TextureBankError, TextureModelError
-from generators.params import TextureBankParams
+from demofactory.generators.errors import TextureBankError, TextureModelError
+from demofactory.generators.params import TextureBankParams
+from PIL import Image
+from tqdm import tqdm
 
 BANK_DIRNAME = "textures"  # DIR/textures/
 INDEX_FILENAME = "bank.json"  # DIR/textures/bank.json, written last

@@ -5,7 +5,7 @@ atomically and reproducibly; `manifest`, `stats` and `metadata` read and write
 the JSON files beside the shards.
 """
 
-from shards.format import (
+from demofactory.shards.format import (
     DATASET_INFO_FILENAME,
     EPISODES_FILENAME,
     MANIFEST_FILENAME,
@@ -18,7 +18,7 @@ from shards.format import (
     shard_name,
     shards_dir,
 )
-from shards.manifest import (
+from demofactory.shards.manifest import (
     Manifest,
     check_shard,
     check_shards,
@@ -26,15 +26,15 @@ from shards.manifest import (
     save_manifest,
     verify_shard,
 )
-from shards.metadata import (
+from demofactory.shards.metadata import (
     EpisodeRecord,
     load_dataset_info,
     load_episodes,
     save_dataset_info,
     save_episodes,
 )
-from shards.stats import DatasetStats, KeyStats, compute_stats, load_stats, save_stats
-from shards.writer import ShardInfo, sha256_file, write_shard
+from demofactory.shards.stats import DatasetStats, KeyStats, compute_stats, load_stats, save_stats
+from demofactory.shards.writer import ShardInfo, sha256_file, write_shard
 
 __all__ = [
     "DATASET_INFO_FILENAME",

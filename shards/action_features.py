@@ -10,7 +10,8 @@
          replay check: success rate, pose error)
 
 The dataset format stands alone (tests/test_layers.py): how actions are relabeled (MuJoCo,
-robosuite controllers) is the caller's (`factory.action_spaces`); this module only defines what
+robosuite controllers) is the caller's (`demofactory.build.action_spaces`); this module only defines
+what
 an export asks of a relabeler and applies it.
 """
 
@@ -22,9 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-
-from shards.export_source import Source, SourceEpisode
-from shards.format import ExportError, dumps_json
+from demofactory.shards.export_source import Source, SourceEpisode
+from demofactory.shards.format import ExportError, dumps_json
 
 REPORT_PATH = "meta/action_spaces.json"
 

@@ -1,7 +1,7 @@
 """Write a whole dataset at once from in-memory episodes (seed-demo datasets, tests, benchmarks).
 
 `factory run` builds its datasets shard by shard, committing each one as it lands
-(factory/run.py); this is the same end state in one call, for episodes already in hand:
+(factory/build/run.py); this is the same end state in one call, for episodes already in hand:
 
     episodes grouped by shard ──► write_shard per shard ──► stats.json ──► episodes.jsonl
         ──► dataset_info.json ──► manifest.json (last: the commit point)
@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from shards.format import Episode, shards_dir
-from shards.manifest import Manifest, save_manifest
-from shards.metadata import EpisodeRecord, save_dataset_info, save_episodes
-from shards.shard_layout import STEP_LAYOUT
-from shards.stats import compute_stats, save_stats
-from shards.writer import write_shard
+from demofactory.shards.format import Episode, shards_dir
+from demofactory.shards.manifest import Manifest, save_manifest
+from demofactory.shards.metadata import EpisodeRecord, save_dataset_info, save_episodes
+from demofactory.shards.shard_layout import STEP_LAYOUT
+from demofactory.shards.stats import compute_stats, save_stats
+from demofactory.shards.writer import write_shard
 
 
 def write_dataset(
@@ -34,7 +34,7 @@ def write_dataset(
     index no episode names is not written, unless it is below `shard_count`: then it is an
     empty shard the manifest lists (as `factory run` writes for a shard without successes).
     `info` becomes dataset_info.json as given, plus ``shard_layout``: `layout`, "step" or
-    "episode" (`shards.shard_layout`). Returns the manifest, written last.
+    "episode" (`demofactory.shards.shard_layout`). Returns the manifest, written last.
     """
     dataset_dir = Path(dataset_dir)
     shards_dir(dataset_dir).mkdir(parents=True, exist_ok=True)

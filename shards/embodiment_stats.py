@@ -20,12 +20,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-
-from shards.format import ACTION_KEY, META_KEY, STATE_KEY, DatasetError, Episode, shards_dir
-from shards.partial_stats import PartialStats, from_bytes, partial_stats
-from shards.running_stats import merge_parts
-from shards.stats import KeyStats, _key_stats, sidecar_path
-from shards.tario import read_samples
+from demofactory.shards.format import (
+    ACTION_KEY,
+    META_KEY,
+    STATE_KEY,
+    DatasetError,
+    Episode,
+    shards_dir,
+)
+from demofactory.shards.partial_stats import PartialStats, from_bytes, partial_stats
+from demofactory.shards.running_stats import merge_parts
+from demofactory.shards.stats import KeyStats, _key_stats, sidecar_path
+from demofactory.shards.tario import read_samples
 
 KEYS = (ACTION_KEY, STATE_KEY)
 SEPARATOR = "@"  # sidecar key "action@Panda": the action statistics of Panda's steps

@@ -33,14 +33,16 @@ getting_started/LeRobot_compatible_data_schema.md and demo_data/robot_sim.PickNP
   episode's instruction first, then its paraphrases (provenance ``paraphrases``, when given),
   plus the source's ``demofactory_episode_index`` and ``demofactory_seed``.
 - ``meta/episodes_stats.jsonl``: per episode (LeRobot v2.1) ``{"episode_index", "stats"}``,
-  every feature's min, max, mean, std, count and q01..q99 as `shards.lerobot_stats` computes
+  every feature's min, max, mean, std, count and q01..q99 as `demofactory.shards.lerobot_stats`
+  computes
   them (images per channel in [0, 1], [3, 1, 1]); ``meta/stats.json``: those aggregated over
   the episodes (LeRobot's ``aggregate_stats``). GR00T reads mean/std/min/max/q01/q99.
 - ``meta/info.json``: LeRobot v2.1 (``codebase_version`` "v2.1", totals, paths, features) plus
   ``embodiment_tag``, the tag to fine-tune with (``--embodiment-tag``; GR00T's own for a robot
   it was not pretrained on is ``new_embodiment``).
 
-Choices as in `shards.export_lerobot`: episodes renumbered 0..N-1 in shard order, odd frame
+Choices as in `demofactory.shards.export_lerobot`: episodes renumbered 0..N-1 in shard order, odd
+frame
 sizes padded to even, depth and segmentation not exported.
 """
 
@@ -53,9 +55,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from shards.action_features import ActionRelabeler, relabeled, write_report
-from shards.export_source import (
+from demofactory.shards.action_features import ActionRelabeler, relabeled, write_report
+from demofactory.shards.export_source import (
     Source,
     SourceEpisode,
     check_out_dir,
@@ -67,12 +68,12 @@ from shards.export_source import (
     read_episodes,
     staged_export,
 )
-from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, dumps_json
-from shards.global_stats import FrameColumns
-from shards.lerobot_meta import video_key
-from shards.lerobot_stats import feature_stats, image_stats, stats_to_json
-from shards.lerobot_video import VideoFile, even, probe_video
-from shards.quaternions import make_continuous, to_scalar_first
+from demofactory.shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, dumps_json
+from demofactory.shards.global_stats import FrameColumns
+from demofactory.shards.lerobot_meta import video_key
+from demofactory.shards.lerobot_stats import feature_stats, image_stats, stats_to_json
+from demofactory.shards.lerobot_video import VideoFile, even, probe_video
+from demofactory.shards.quaternions import make_continuous, to_scalar_first
 
 CODEBASE_VERSION = "v2.1"
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -138,7 +139,7 @@ def export_gr00t(
     embodiment: the embodiment tag recorded in meta/info.json, one of `KNOWN_EMBODIMENTS`
     chunk_size: episodes per ``chunk-CCC`` folder (info.json ``chunks_size``)
     video_codec: an FFmpeg encoder PyAV has (libx264: H.264)
-    actions: relabel the actions (`shards.action_features`; None: the shards' own)
+    actions: relabel the actions (`demofactory.shards.action_features`; None: the shards' own)
 
     `out_dir` must not exist or be empty; the export is built beside it and renamed into place
     once complete, so a failed export leaves nothing. Bad arguments raise `ExportError`,

@@ -28,7 +28,7 @@ What is written (LeRobot v3.0, ``codebase_version`` "v3.0"):
   ``data/file_index``, ``dataset_from_index``, ``dataset_to_index`` (global, end exclusive), per
   camera ``videos/<key>/{chunk_index,file_index,from_timestamp,to_timestamp}``,
   ``stats/<feature>/<stat>`` for every feature (min, max, mean, std, count, q01, q10,
-  q50, q90, q99, as `shards.lerobot_stats` computes them), ``meta/episodes/{chunk_index,
+  q50, q90, q99, as `demofactory.shards.lerobot_stats` computes them), ``meta/episodes/{chunk_index,
   file_index}``, and the source's ``demofactory/episode_index`` and ``demofactory/seed``.
 - ``meta/tasks.parquet``: ``task`` -> ``task_index`` for every instruction and paraphrase, with
   pandas metadata making ``task`` the index (what LeRobot's ``pd.read_parquet`` expects); a
@@ -63,10 +63,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image
-
-from shards.action_features import ActionRelabeler, relabeled, write_report
-from shards.export_source import (
+from demofactory.shards.action_features import ActionRelabeler, relabeled, write_report
+from demofactory.shards.export_source import (
     Source,
     SourceEpisode,
     check_out_dir,
@@ -78,9 +76,15 @@ from shards.export_source import (
     read_episodes,
     staged_export,
 )
-from shards.format import ACTION_KEY, STATE_KEY, DatasetError, ExportError, segmentation_bits
-from shards.global_stats import FrameColumns, PixelCounts
-from shards.lerobot_meta import (
+from demofactory.shards.format import (
+    ACTION_KEY,
+    STATE_KEY,
+    DatasetError,
+    ExportError,
+    segmentation_bits,
+)
+from demofactory.shards.global_stats import FrameColumns, PixelCounts
+from demofactory.shards.lerobot_meta import (
     CODEBASE_VERSION,
     DATA_PATH,
     SUBTASK_FEATURE,
@@ -96,9 +100,10 @@ from shards.lerobot_meta import (
     video_key,
     write_meta,
 )
-from shards.lerobot_video import VideoFile, even
-from shards.quaternions import make_continuous
-from shards.stats import load_stats
+from demofactory.shards.lerobot_video import VideoFile, even
+from demofactory.shards.quaternions import make_continuous
+from demofactory.shards.stats import load_stats
+from PIL import Image
 
 # ---------------------------------------------------------------- the export
 
@@ -119,7 +124,8 @@ def export_lerobot(
     video_codec:        an FFmpeg encoder PyAV has (libx264: H.264)
     data_file_size_mb:  start a new data/video file once a data file passes this
     video_file_size_mb: ... or once one camera's video passes this
-    actions:            relabel the actions (`shards.action_features`; None: the shards' own)
+    actions:            relabel the actions (`demofactory.shards.action_features`; None: the shards'
+    own)
 
     `out_dir` must not exist or be empty; the export is built beside it and
     renamed into place once complete, so a failed export leaves nothing. Bad

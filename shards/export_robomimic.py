@@ -21,7 +21,7 @@ Layout (robomimic's, https://robomimic.github.io/docs/datasets/overview.html)::
                                     depth; robomimic's wrapper also gives real depth in metres)
     data/demo_<n>/obs/<camera>_seg    [T, H, W, 1] int32 labels as stored (cameras with
                                     segmentation; the dataset's attrs "seg_mode" says
-                                    geom/body/object, see shards.format)
+                                    geom/body/object, see demofactory.shards.format)
     data/demo_<n>/obs/robot0_<part> [T, k] float64, state.npy split by dataset_info's state layout
                                     (eef_pos -> robot0_eef_pos, eef_quat_xyzw -> robot0_eef_quat
                                     (x, y, z, w), gripper_qpos -> robot0_gripper_qpos)
@@ -42,8 +42,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-
-from shards.export_source import (
+from demofactory.shards.export_source import (
     CameraInfo,
     Source,
     SourceEpisode,
@@ -51,7 +50,7 @@ from shards.export_source import (
     load_source,
     read_episodes,
 )
-from shards.format import (
+from demofactory.shards.format import (
     DatasetError,
     ExportError,
     decode_depth_png,
@@ -218,11 +217,11 @@ def _env_args(source: Source) -> dict[str, Any]:
 
 
 def _robosuite_controller(robot: str) -> tuple[str, dict[str, Any]]:
-    """robosuite's version and the controller config generation used (`factory.sim.make_env`:
+    """robosuite's version and the controller config generation used
+    (`demofactory.simulation.scene.make_env`:
     BASIC)."""
-    logging.getLogger("robosuite_logs").addFilter(
-        _errors_only
-    )  # the same filter is added once only
+    # the same filter is added once only
+    logging.getLogger("robosuite_logs").addFilter(_errors_only)
     import robosuite
     from robosuite.controllers import load_composite_controller_config
 

@@ -3,13 +3,13 @@
     DIR: dataset_info.json, manifest.json, episodes.jsonl                    load_source
       -> Source: fps, cameras, state/action layouts, episodes in shard order
          (shards checked against manifest.json's size and sha256 first)
-    Source's shards, read by the strict reader (shards.tario via read_members)
+    Source's shards, read by the strict reader (demofactory.shards.tario via read_members)
       -> RawSample -> RawEpisode: whole episodes, in tar order                group_episodes
       -> SourceEpisode: actions [T, A], states [T, S], sim_states [T, N],
          JPEG frames (and depth/segmentation PNGs) per camera, checked
          against episodes.jsonl                                              read_episodes
 
-Shared by `shards.export_lerobot` and `shards.export_robomimic`.
+Shared by `demofactory.shards.export_lerobot` and `demofactory.shards.export_robomimic`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
-
-from shards.format import (
+from demofactory.shards.format import (
     ACTION_KEY,
     META_KEY,
     SIM_STATE_KEY,
@@ -37,10 +35,11 @@ from shards.format import (
     segmentation_member,
     shards_dir,
 )
-from shards.manifest import check_shards, load_manifest
-from shards.metadata import EpisodeRecord, load_dataset_info, load_episodes
-from shards.stages import RawEpisode, group_episodes, read_members
-from shards.tario import ShardTask, group_samples
+from demofactory.shards.manifest import check_shards, load_manifest
+from demofactory.shards.metadata import EpisodeRecord, load_dataset_info, load_episodes
+from demofactory.shards.stages import RawEpisode, group_episodes, read_members
+from demofactory.shards.tario import ShardTask, group_samples
+from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ class SourceEpisode:
 
     actions [T, A] float32, states [T, S] float32, sim_states [T, N] float64;
     frames: camera name -> T JPEG-encoded frames; depth, segmentation: camera name -> T PNGs,
-    for the cameras that have them (`shards.format`).
+    for the cameras that have them (`demofactory.shards.format`).
     """
 
     record: EpisodeRecord

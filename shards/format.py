@@ -11,7 +11,8 @@ A dataset directory holds::
 Inside a shard there is one WebDataset sample per time step, keyed
 ``e00000042_t0007``; its members are ``<key>.<camera>.jpg`` (one per camera),
 ``<key>.action.npy``, ``<key>.state.npy``, ``<key>.sim_state.npy`` and
-``<key>.meta.json`` (or one sample per episode: `shards.shard_layout`, which every reader
+``<key>.meta.json`` (or one sample per episode: `demofactory.shards.shard_layout`, which every
+reader
 expands back into these steps), and for the cameras that ask for them:
 
 - ``<key>.<camera>_depth.png``: metric depth, a 16-bit grayscale PNG [H, W] in
@@ -25,7 +26,7 @@ expands back into these steps), and for the cameras that ask for them:
   label 1).
 
 dataset_info.json's ``cameras`` entries say which cameras have them
-(``depth`` / ``segmentation`` objects, see `shards.metadata.camera_entry`).
+(``depth`` / ``segmentation`` objects, see `demofactory.shards.metadata.camera_entry`).
 WebDataset's own image decoders convert a PNG to 8-bit L/RGB, which destroys
 16-bit depth: decode with `decode_member` first, e.g.
 ``wds.WebDataset(urls).decode(decode_member, "rgb8")`` gives depth as float32
@@ -45,7 +46,7 @@ import numpy as np
 
 # The dataset format's files are written and read through these (imported from here by the
 # other shards modules too).
-from fileio import (  # noqa: F401
+from demofactory.fileio import (  # noqa: F401
     DatasetError,
     atomic_output,
     dumps_json,

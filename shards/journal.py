@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shards.format import DatasetError, dumps_json, fsync_path
-from shards.writer import ShardInfo
+from demofactory.shards.format import DatasetError, dumps_json, fsync_path
+from demofactory.shards.writer import ShardInfo
 
 JOURNAL_FILENAME = "journal.jsonl"
 _TAIL_CHUNK = 1 << 16

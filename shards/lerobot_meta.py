@@ -5,10 +5,10 @@
     the writer's totals (episodes rows with their stats/* columns, tasks, frames, files,
     per-episode statistics)
       -> meta/episodes/chunk-000/file-000.parquet, meta/tasks.parquet
-      -> meta/stats.json: the episodes' statistics aggregated      shards.lerobot_stats
+      -> meta/stats.json: the episodes' statistics aggregated      demofactory.shards.lerobot_stats
       -> meta/info.json: features (video info probed from the first file), totals, paths  _info
 
-What each file holds is described in `shards.export_lerobot`'s module docstring.
+What each file holds is described in `demofactory.shards.export_lerobot`'s module docstring.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from shards.export_source import Source, has_subtasks
-from shards.format import ACTION_KEY, dumps_json
-from shards.global_stats import FrameColumns, PixelCounts
-from shards.lerobot_stats import (  # noqa: F401 - also for the other exports, from here
+from demofactory.shards.export_source import Source, has_subtasks
+from demofactory.shards.format import ACTION_KEY, dumps_json
+from demofactory.shards.global_stats import FrameColumns, PixelCounts
+from demofactory.shards.lerobot_stats import (  # noqa: F401 - also for the other exports, from here
     QUANTILE_KEYS,
     QUANTILES,
     Stats,
@@ -36,7 +35,7 @@ from shards.lerobot_stats import (  # noqa: F401 - also for the other exports, f
     sampled_frames,
     stats_to_json,
 )
-from shards.lerobot_video import probe_video
+from demofactory.shards.lerobot_video import probe_video
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -162,7 +161,8 @@ class ImageStats:
 
 
 class WrittenFiles(Protocol):
-    """What the export's writer (`shards.export_lerobot._LeRobotWriter`) knows at the end."""
+    """What the export's writer (`demofactory.shards.export_lerobot._LeRobotWriter`) knows at the
+    end."""
 
     root: Path  # the export being built
     chunk_size: int  # files per chunk folder

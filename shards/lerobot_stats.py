@@ -14,9 +14,9 @@ every quantile is the mean. Images: LeRobot's frame sampling (all frames up to 1
 ~T^0.75), frames downsampled past 300 pixels, RGB divided by 255 (depth keeps its units).
 Aggregation: count-weighted mean, pooled variance, min of mins, max of maxes, and
 count-weighted quantiles (as LeRobot's ``aggregate_stats``: an approximation for quantiles;
-the exports replace those with exact ones over all frames, `shards.global_stats`).
+the exports replace those with exact ones over all frames, `demofactory.shards.global_stats`).
 
-Also used by the GR00T export (`shards.export_gr00t`); names here are kept stable.
+Also used by the GR00T export (`demofactory.shards.export_gr00t`); names here are kept stable.
 """
 
 from __future__ import annotations

@@ -4,15 +4,16 @@
       -> ShardTask(url, part, parts): this rank/worker's shards             split_shards
                                                                             | resample_shards
       -> Member(task, name, data): the wanted tar members, in tar order,
-         read by the strict reader (shards.tario); an episode-layout
-         shard's samples expanded to steps (shards.shard_layout)            read_members
+         read by the strict reader (demofactory.shards.tario); an episode-layout
+         shard's samples expanded to steps (demofactory.shards.shard_layout)            read_members
       -> RawSample(task, key, members): one time step                       group_samples
       -> RawEpisode(task, ordinal, samples): one whole episode, checked     group_episodes
       -> RawEpisode: only this split's part of each shard                   select_episodes
       -> EpisodeArrays: actions [T, A], states [T, S] normalized, JPEGs     decode_episodes
          (+ extra keys, e.g. sim_state [T, N], as stored); with sensor_noise,
          raw states noised and observations dropped/delayed before
-         normalization                                     shards.sensor_noise.perturb_episode
+         normalization
+         demofactory.shards.sensor_noise.perturb_episode
       -> StepSample: action_chunk [H, A], action_mask [H], one per step     episode_steps
       -> StepSample, shuffled in a buffer                                   shuffle
       -> StepSample, this worker's share of epoch_length (resampled only)   take
@@ -63,9 +64,8 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 from braceexpand import braceexpand
-
-from shards.embodiment_stats import load_embodiment_stats
-from shards.format import (
+from demofactory.shards.embodiment_stats import load_embodiment_stats
+from demofactory.shards.format import (
     ACTION_KEY,
     MANIFEST_FILENAME,
     META_KEY,
@@ -77,11 +77,11 @@ from shards.format import (
     segmentation_member,
     shards_dir,
 )
-from shards.manifest import check_shard, load_manifest
-from shards.metadata import load_dataset_info
-from shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
-from shards.sensor_noise import SensorNoise, perturb_episode, resolve_sensor_noise
-from shards.stages import (  # noqa: F401 (some re-exported: the records and stages callers know from here)
+from demofactory.shards.manifest import check_shard, load_manifest
+from demofactory.shards.metadata import load_dataset_info
+from demofactory.shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
+from demofactory.shards.sensor_noise import SensorNoise, perturb_episode, resolve_sensor_noise
+from demofactory.shards.stages import (  # noqa: F401 (some re-exported: the records and stages callers know from here)
     _ACTION_MEMBER,
     _META_MEMBER,
     _STATE_MEMBER,
@@ -108,8 +108,8 @@ from shards.stages import (  # noqa: F401 (some re-exported: the records and sta
     take,
     to_torch,
 )
-from shards.stats import DatasetStats, load_stats
-from shards.writer import ShardInfo
+from demofactory.shards.stats import DatasetStats, load_stats
+from demofactory.shards.writer import ShardInfo
 
 IMAGE_DTYPES = ("uint8", "float32")
 _ITEM_KEYS = frozenset(
@@ -154,11 +154,11 @@ class LoaderConfig:
     depth:          cameras whose depth to yield, item["depth"][camera]: float32 [1, H, W] metres
                     (0 = no reading); dataset_info.json must list depth for them
     segmentation:   cameras whose labels to yield, item["segmentation"][camera]: int64 [H, W]
-                    (labels as stored, see shards.format)
+                    (labels as stored, see demofactory.shards.format)
     sensor_noise:   a `SensorNoise` (`make_loader`: or its JSON dict): state noise and
                     per-episode bias in raw units (added before normalization), camera frame
                     drops, observation latency; seeded per (seed, epoch, episode), see
-                    `shards.sensor_noise`; None: off
+                    `demofactory.shards.sensor_noise`; None: off
     embodiment:     a mixed-robot dataset: only this robot's episodes (e.g. "Sawyer"); None: all.
                     Every item carries "embodiment_id" (int: the robot's position in
                     dataset_info.json's embodiments; 0 in a single-robot dataset), and when
@@ -259,7 +259,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
         `shard_infos`: URL -> its manifest entry; each such shard's size and sha256 are checked
         before its first sample is read (once per process), so a damaged one stops the loader
         with a `DatasetError` naming it instead of reaching training. A store URL's shard is
-        read from the object cache, where it is checked as it lands (shards.remote.cached_shard):
+        read from the object cache, where it is checked as it lands
+        (demofactory.shards.remote.cached_shard):
         hashing it as it streams would find the damage only after its samples were yielded."""
         super().__init__()
         if not urls:
@@ -445,7 +446,8 @@ def resolve_shards(
     source: str | os.PathLike | Sequence[str | os.PathLike],
 ) -> Iterator[tuple[list[str], Path | None, dict[str, int], dict[str, ShardInfo]]]:
     """Shard URLs of `source`, the folder holding its dataset's small files (None when the
-    shards are not under one; for a dataset, a private snapshot of them, shards.snapshot, gone
+    shards are not under one; for a dataset, a private snapshot of them,
+    demofactory.shards.snapshot, gone
     when the context ends), and, for a dataset, each URL's sample count and manifest entry.
 
     A dataset (a directory, or a store's URL) gives its manifest's shards that hold samples, in
@@ -454,7 +456,7 @@ def resolve_shards(
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
         if (not _has_scheme(text) and Path(source).is_dir()) or _is_dataset_url(text):
-            from shards.snapshot import reading
+            from demofactory.shards.snapshot import reading
 
             with reading(text, shards=False) as snapshot:
                 yield _dataset_shards(text, snapshot)
@@ -493,8 +495,8 @@ def _checked_copy(url: str, info: ShardInfo) -> str:
     if not _has_scheme(url):
         check_shard(Path(url).parent.parent, info)
         return url
-    from shards.remote import cached_shard
-    from shards.store import Store
+    from demofactory.shards.remote import cached_shard
+    from demofactory.shards.store import Store
 
     root = url.rsplit("/", 2)[0]
     cached = cached_shard(Store(root, check=False), info)

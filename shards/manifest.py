@@ -2,7 +2,8 @@
 
 A shard in the manifest whose file still matches its checksum is finished and
 is never redone on resume. The manifest is ``DIR/manifest.json`` (a snapshot, written
-atomically) with the records of ``DIR/journal.jsonl`` applied (`shards.journal`): a running
+atomically) with the records of ``DIR/journal.jsonl`` applied (`demofactory.shards.journal`): a
+running
 driver appends one line a finished shard, and rewrites manifest.json only at the end.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from shards.format import (
+from demofactory.shards.format import (
     MANIFEST_FILENAME,
     SCHEMA_VERSION,
     DatasetError,
@@ -22,8 +23,8 @@ from shards.format import (
     shards_dir,
     write_text_atomic,
 )
-from shards.journal import apply_journal, read_journal
-from shards.writer import ShardInfo, sha256_file
+from demofactory.shards.journal import apply_journal, read_journal
+from demofactory.shards.writer import ShardInfo, sha256_file
 
 
 @dataclass(frozen=True)

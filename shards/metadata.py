@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from shards.format import (
+from demofactory.shards.format import (
     DATASET_INFO_FILENAME,
     DEPTH_MAX_UNITS,
     DEPTH_SCALE_M,

@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from shards.format import STATS_FILENAME, DatasetError
-from shards.stats import DatasetStats
+from demofactory.shards.format import STATS_FILENAME, DatasetError
+from demofactory.shards.stats import DatasetStats
 
 NORMALIZATIONS = ("none", "mean_std", "quantile")
 STD_FLOOR = 1e-6  # also floors q99 - q01: a constant dimension must not divide by zero

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-
-from shards.format import DatasetError
+from demofactory.shards.format import DatasetError
 
 BINS = 2048
 QUANTILE_ERROR_OF_RANGE = 2.0 / (BINS - 2)  # the bound above, as a share of max - min

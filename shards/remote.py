@@ -9,7 +9,8 @@
     local DIR   ──push───────────►  Store: a file the driver has just written, put whole
 
 Every reader of a dataset (`verify`, `inspect`, `preview`, `export`, the loader) works on a
-private snapshot (shards.snapshot): its small files pulled into a folder of its own, never into
+private snapshot (demofactory.shards.snapshot): its small files pulled into a folder of its own,
+never into
 the local copy `factory run` uses (CACHE/stores/..., the driver's alone), its shards taken from
 the object cache:
 
@@ -31,10 +32,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from shards.format import SHARDS_DIRNAME
-from shards.manifest import load_manifest, verify_shard
-from shards.store import Store
-from shards.writer import ShardInfo, sha256_file
+from demofactory.shards.format import SHARDS_DIRNAME
+from demofactory.shards.manifest import load_manifest, verify_shard
+from demofactory.shards.store import Store
+from demofactory.shards.writer import ShardInfo, sha256_file
 
 CACHE_ENV = "DEMOFACTORY_CACHE"
 

@@ -1,11 +1,12 @@
-"""Dataset statistics merged as shards finish: the driver's side of `shards.stats`.
+"""Dataset statistics merged as shards finish: the driver's side of `demofactory.shards.stats`.
 
     a shard committed ──► its sidecar (the worker's partial statistics; the tar if the sidecar
         is missing or stale) ──► merged into one PartialStats per key
     the end ──► `result(listed)`: the merge, completed with listed shards not merged yet, or
         redone from the listed shards when one merged is no longer listed
 
-The merge is exact and order-free (`shards.partial_stats`), so the result has the bytes that
+The merge is exact and order-free (`demofactory.shards.partial_stats`), so the result has the bytes
+that
 `compute_stats` over the same shards gives, whichever path it took. Parts are merged `BATCH` at a
 time (`merge_batch`: one fit and one sum a dimension instead of one a part).
 Memory: one merged sketch a key, up to `BATCH` parts waiting, and the name and checksum of each
@@ -18,10 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-
-from shards.format import ACTION_KEY, STATE_KEY, DatasetError, shards_dir
-from shards.partial_stats import BINS, DimSketch, PartialStats
-from shards.stats import KeyStats, _key_stats, load_sidecar, read_partial_stats
+from demofactory.shards.format import ACTION_KEY, STATE_KEY, DatasetError, shards_dir
+from demofactory.shards.partial_stats import BINS, DimSketch, PartialStats
+from demofactory.shards.stats import KeyStats, _key_stats, load_sidecar, read_partial_stats
 
 BATCH = 16
 

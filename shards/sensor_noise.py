@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # the loader's record; not imported at run time, which would pull in torch
-    from shards.stages import EpisodeArrays
+    from demofactory.shards.stages import EpisodeArrays
 
 _STATE_STREAM, _BIAS_STREAM, _CAMERA_STREAM = 0, 1, 2
 _STD_EXAMPLE = "e.g. 0.002 (every dimension) or [0.002, 0.002, 0.002, 0.01, ...] (one a dimension)"

@@ -15,8 +15,8 @@
          (an episode sample: its [T, ...] arrays cut into rows with the .npy header np.save
          gives a row, meta.json written as the step layout's writer writes it)
 
-Every reader of shards (`shards.tario.read_samples` for verify, stats and preview;
-`shards.stages.read_members` for the loader and the exports) passes the tar through
+Every reader of shards (`demofactory.shards.tario.read_samples` for verify, stats and preview;
+`demofactory.shards.stages.read_members` for the loader and the exports) passes the tar through
 `expand_members`, so everything after it sees step samples whatever the layout, and a
 dataset gives the same batches in either. A shard's layout is recognised by its sample
 keys (``e<index>`` or ``e<index>_t<step>``); dataset_info.json records the dataset's
@@ -39,8 +39,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-
-from shards.format import (
+from demofactory.shards.format import (
     ACTION_KEY,
     META_KEY,
     SIM_STATE_KEY,
@@ -93,7 +92,7 @@ def dataset_shard_layout(info: Mapping[str, Any] | None) -> str:
 
 
 # ---------------------------------------------------------------- writing
-# (the step layout's members: `shards.writer`)
+# (the step layout's members: `demofactory.shards.writer`)
 
 
 def episode_members(ep: Episode) -> Iterator[tuple[str, bytes]]:

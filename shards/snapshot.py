@@ -8,7 +8,8 @@
     store URL ──► READERS/<tmp>/ : the small objects pulled (`pull_metadata`, never into the
                   local copy a driver uses), manifest.json and journal.jsonl read before and
                   after; shards linked from the object cache (content-addressed, each checked
-                  against its sha256: shards.remote.cached_shard) or downloaded anew (`fresh`)
+                  against its sha256: demofactory.shards.remote.cached_shard) or downloaded anew
+                  (`fresh`)
     the snapshot holds journal.jsonl (a run is writing the dataset, or stopped before it
     finished): manifest and generation see its shards, episodes.jsonl and stats.json do not
         ──► DatasetBusy, one line saying which (`partial`: allowed, for `inspect`, which reads
@@ -34,7 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from shards.format import (
+from demofactory.shards.format import (
     EPISODES_FILENAME,
     MANIFEST_FILENAME,
     SHARDS_DIRNAME,
@@ -42,10 +43,12 @@ from shards.format import (
     DatasetError,
     read_json_file,
 )
-from shards.journal import JOURNAL_FILENAME, committed_length
-from shards.manifest import load_manifest
+from demofactory.shards.journal import JOURNAL_FILENAME, committed_length
+from demofactory.shards.manifest import load_manifest
 
-GENERATION_FILENAME = "generation.json"  # factory.output_dir's; this module stays below factory/
+GENERATION_FILENAME = (
+    "generation.json"  # demofactory.build.output_dir's; this module stays below factory/
+)
 LOCK_FILENAME = ".lock"
 _PREFIX = "snapshot-"  # then host-pid-random: a killed reader's is removed by the next reader
 WAIT_S = 10.0  # a run folding its journal in rewrites four files: well under a second measured
@@ -69,7 +72,7 @@ def shown_as(text: str) -> str:
 
 def readers_root() -> Path:
     """Where readers' snapshots are taken (each its own folder, removed when it ends)."""
-    from shards.remote import cache_base
+    from demofactory.shards.remote import cache_base
 
     return cache_base() / "readers"
 
@@ -84,7 +87,7 @@ def reading(
     a stored dataset's shards downloaded again, not taken from the object cache (`verify`);
     `partial`: a dataset a run is writing is read as far as its journal goes (see the module doc).
     """
-    from shards.store import is_remote
+    from demofactory.shards.store import is_remote
 
     text = os.fspath(location)
     root = readers_root()
@@ -251,8 +254,8 @@ def _holds_lock(dataset: Path) -> bool:
 
 
 def _take_stored(url: str, into: Path, shards: bool, fresh: bool, partial: bool) -> None:
-    from shards.remote import local_copy_dir, pull_metadata
-    from shards.store import Store, retry_seconds
+    from demofactory.shards.remote import local_copy_dir, pull_metadata
+    from demofactory.shards.store import Store, retry_seconds
 
     store = Store(url, retry_s=retry_seconds(reading=True))  # a reader: seconds, not minutes
 
@@ -280,7 +283,7 @@ def _take_stored(url: str, into: Path, shards: bool, fresh: bool, partial: bool)
 
 
 def _stored_shards(store, into: Path, fresh: bool) -> None:
-    from shards.remote import cached_shard
+    from demofactory.shards.remote import cached_shard
 
     shard_dir = into / SHARDS_DIRNAME
     shard_dir.mkdir(exist_ok=True)

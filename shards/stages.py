@@ -1,7 +1,7 @@
 """The loader's stages: records flowing between them, and one function per stage.
 
 Each stage is a function from an iterator to an iterator (the webdataset style);
-`shards.loader.ShardDataset` composes them (its module docstring draws the whole
+`demofactory.shards.loader.ShardDataset` composes them (its module docstring draws the whole
 chain and explains splitting). Action chunks need the rest of the episode;
 episodes are whole and in order inside a shard, so one episode a shard is held in
 memory at a time (as JPEG bytes; frames are decoded only in the last stage).
@@ -22,9 +22,7 @@ from typing import Any
 import cv2
 import numpy as np
 import torch
-from PIL import Image
-
-from shards.format import (
+from demofactory.shards.format import (
     ACTION_KEY,
     META_KEY,
     STATE_KEY,
@@ -32,9 +30,9 @@ from shards.format import (
     decode_depth_png,
     decode_segmentation_png,
 )
-from shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
-from shards.store import open_url
-from shards.tario import (  # noqa: F401 (group_samples: re-exported, a stage)
+from demofactory.shards.normalize import NORMALIZATIONS, STD_FLOOR, Normalizer  # noqa: F401 (STD_FLOOR: re-exported)
+from demofactory.shards.store import open_url
+from demofactory.shards.tario import (  # noqa: F401 (group_samples: re-exported, a stage)
     Member,
     RawSample,
     ShardTask,
@@ -42,6 +40,7 @@ from shards.tario import (  # noqa: F401 (group_samples: re-exported, a stage)
     iter_steps,
     iter_tar,
 )
+from PIL import Image
 
 _ACTION_MEMBER = f"{ACTION_KEY}.npy"
 _STATE_MEMBER = f"{STATE_KEY}.npy"
@@ -50,7 +49,8 @@ _META_FIELDS = frozenset({"episode", "step", "length", "instruction"})
 
 
 # ---------------------------------------------------------------- records between stages
-# ShardTask -> Member -> RawSample are defined by `shards.tario`, the one strict tar reader,
+# ShardTask -> Member -> RawSample are defined by `demofactory.shards.tario`, the one strict tar
+# reader,
 # which verify, stats and preview share without importing torch.
 
 
@@ -167,8 +167,10 @@ def read_members(
 ) -> Iterator[Member]:
     """Tasks -> their shards' members whose suffix `wanted` accepts, in tar order.
 
-    URLs are opened by `shards.store.open_url` (paths, file:, pipe:, http(s): with webdataset's
-    `gopen`; s3:, gs:, az: streamed through fsspec) and read by `shards.tario.iter_steps`
+    URLs are opened by `demofactory.shards.store.open_url` (paths, file:, pipe:, http(s): with
+    webdataset's
+    `gopen`; s3:, gs:, az: streamed through fsspec) and read by
+    `demofactory.shards.tario.iter_steps`
     (either shard layout, as steps), which raises `TarFormatError` (a `DatasetError`) for a
     corrupt or truncated tar. `expected` maps a URL to its sample count in the manifest, a
     second check that also catches a valid tar holding the wrong samples. `check(url)` runs
@@ -190,7 +192,8 @@ def read_members(
         if expected is not None and task.url in expected and samples != expected[task.url]:
             raise DatasetError(
                 f"{task.url}: holds {samples} samples, manifest.json lists "
-                f"{expected[task.url]}; the shard is truncated or corrupt (run shards.verify)"
+                f"{expected[task.url]}; the shard is truncated or corrupt (run "
+                f"demofactory.shards.verify)"
             )
 
 
@@ -210,7 +213,8 @@ def group_episodes(samples: Iterable[RawSample]) -> Iterator[RawEpisode]:
         if meta["step"] != len(steps) or meta["episode"] != first["episode"]:
             raise DatasetError(
                 f"{sample.task.url}: sample {sample.key} follows step {len(steps) - 1} of episode "
-                f"{first['episode']}; episodes must be whole and in order (run shards.verify)"
+                f"{first['episode']}; episodes must be whole and in order (run "
+                f"demofactory.shards.verify)"
             )
         steps.append(sample)
         if len(steps) == first["length"]:
@@ -249,7 +253,8 @@ def decode_episodes(
     """Raw episodes -> arrays: normalized actions [T, A] and states [T, S] float32, JPEG frames
     per camera, and the `extra_keys` members stacked as stored.
 
-    `perturb` (the loader's sensor noise, `shards.sensor_noise`) gets each episode with raw
+    `perturb` (the loader's sensor noise, `demofactory.shards.sensor_noise`) gets each episode with
+    raw
     states and actions, before normalization. Each episode is normalized with its embodiment's
     statistics when the normalizer has them (`Normalizer.for_embodiment`); `embodiment_ids`:
     robot -> the id its steps carry (0 for a robot not in it)."""
@@ -424,7 +429,7 @@ def _incomplete(last: RawSample, first: Mapping[str, Any], steps: int) -> Datase
     return DatasetError(
         f"{last.task.url}: episode {first['episode']} ends after {steps} of {first['length']} "
         "steps at the end of the shard; episodes must be whole inside one shard "
-        "(run shards.verify)"
+        "(run demofactory.shards.verify)"
     )
 
 

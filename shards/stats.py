@@ -1,7 +1,7 @@
 """Normalisation statistics over a whole dataset: mean, std, min, max, q01, q99, count.
 
     worker: write_shard ──► shard-000003.tar, then shard-000003.stats.json
-            (`shards.partial_stats` of its action and state rows, with the tar's sha256)
+            (`demofactory.shards.partial_stats` of its action and state rows, with the tar's sha256)
     driver: the listed shards ──► per shard its sidecar where the checksum matches, else its
             <key>.<k>.npy members read back (images skipped) ──► merged one at a time
             ──► KeyStats per key ──► DIR/stats.json
@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from shards.format import (
+from demofactory.shards.format import (
     ACTION_KEY,
     STATE_KEY,
     STATS_FILENAME,
@@ -35,8 +34,8 @@ from shards.format import (
     shards_dir,
     write_text_atomic,
 )
-from shards.partial_stats import PartialStats, from_bytes, partial_stats, to_bytes
-from shards.tario import read_samples
+from demofactory.shards.partial_stats import PartialStats, from_bytes, partial_stats, to_bytes
+from demofactory.shards.tario import read_samples
 
 SIDECAR_SUFFIX = ".stats.json"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 from urllib.parse import urlparse
 
-from shards.format import DatasetError
+from demofactory.shards.format import DatasetError
 
 STORE_RETRY_ENV = "DEMOFACTORY_STORE_RETRY_S"  # seconds an unreachable store is retried
 DEFAULT_RETRY_S = 300.0  # long enough to ride out a restart of the endpoint or a network blip

@@ -5,14 +5,14 @@
       -> (name, data) per regular file; data padded to 512      iter_tar
       -> an all-zero block ends the archive; only zeros may follow it   _check_end
     (name, data) -> (name, data) of the step layout, either shard layout
-       (`shards.shard_layout.expand_members`)                   iter_steps
+       (`demofactory.shards.shard_layout.expand_members`)                   iter_steps
     (name, data) of a shard's tar, tagged with its ShardTask
       -> Member(task, name, data)                              read_samples (stages.read_members)
       -> RawSample(task, key, members): adjacent members sharing
          the key before the first dot                          group_samples
 
-Every reader of shards goes through here: the training loader (`shards.stages`),
-`shards.verify`, `shards.stats`, `factory preview` and the exports. Python's
+Every reader of shards goes through here: the training loader (`demofactory.shards.stages`),
+`demofactory.shards.verify`, `demofactory.shards.stats`, `factory preview` and the exports. Python's
 `tarfile` is used only by the writer.
 
 The loader's shards are small members (a JPEG, a few .npy and a .json per
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from shards.format import DatasetError
-from shards.shard_layout import expand_members
+from demofactory.shards.format import DatasetError
+from demofactory.shards.shard_layout import expand_members
 
 BLOCK = 512
 CHUNK = 1 << 16  # bytes read from the stream at a time; a larger member is read whole
@@ -122,7 +122,7 @@ def iter_tar(stream: BinaryIO, source: str) -> Iterator[tuple[str, bytes]]:
 
 def iter_steps(stream: BinaryIO, source: str) -> Iterator[tuple[str, bytes]]:
     """`iter_tar`, with the samples of an episode-layout shard expanded into the step
-    layout's: what every reader of shards reads (`shards.shard_layout`)."""
+    layout's: what every reader of shards reads (`demofactory.shards.shard_layout`)."""
     return expand_members(iter_tar(stream, source), source)
 
 
@@ -215,7 +215,7 @@ def read_samples(
     """A local shard file -> its samples, in tar order, holding the members `wanted` accepts.
 
     The strict reader for tools that read a shard whole (verify, stats, preview);
-    the training loader opens URLs with `shards.stages.read_members`. A corrupt or
+    the training loader opens URLs with `demofactory.shards.stages.read_members`. A corrupt or
     truncated tar raises `TarFormatError` naming `path`; a member twice in a sample,
     `DatasetError`. Stopping early (a generator closed) closes the file.
     """

@@ -1,7 +1,8 @@
 """Check a dataset directory against its own records; every problem is one line naming the file.
 
     manifest.json -> per shard: exists, size, sha256
-      -> read the tar (shards.tario, strict): samples and episodes counted, every episode
+      -> read the tar (demofactory.shards.tario, strict): samples and episodes counted, every
+      episode
          whole (steps 0..T-1), in order, in one shard, every sample with its members;
          depth and segmentation PNGs: size, bit depth
       -> the episodes found vs episodes.jsonl (index, shard, length, instruction, seed)
@@ -20,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from shards.format import (
+from demofactory.shards.format import (
     ACTION_KEY,
     EPISODES_FILENAME,
     MANIFEST_FILENAME,
@@ -38,11 +38,11 @@ from shards.format import (
     segmentation_member,
     shards_dir,
 )
-from shards.manifest import load_manifest
-from shards.metadata import load_dataset_info, load_episodes
-from shards.stats import KeyStats, compute_stats, load_stats
-from shards.tario import TarFormatError, read_samples
-from shards.writer import ShardInfo, sha256_file
+from demofactory.shards.manifest import load_manifest
+from demofactory.shards.metadata import load_dataset_info, load_episodes
+from demofactory.shards.stats import KeyStats, compute_stats, load_stats
+from demofactory.shards.tario import TarFormatError, read_samples
+from demofactory.shards.writer import ShardInfo, sha256_file
 
 STATS_RTOL = 1e-5
 STATS_ATOL = 1e-6

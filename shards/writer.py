@@ -3,11 +3,13 @@
     episodes (sorted by index)
       -> a stream of (member name, bytes), per step: cameras' .jpg, depth and segmentation .png
          (cameras that have them), action/state/sim_state .npy, meta.json
-         (layout "episode": one sample an episode, `shards.shard_layout.episode_members`)
+         (layout "episode": one sample an episode,
+         `demofactory.shards.shard_layout.episode_members`)
       -> tar members with fixed metadata (mtime 0, uid 0, mode 0o444)
       -> .shard-000003.tar.tmp-<pid>  --fsync, os.replace-->  shard-000003.tar
-      -> its action/state partial statistics (also per embodiment, `shards.embodiment_stats`)
-         -> shard-000003.stats.json (`shards.stats`)
+      -> its action/state partial statistics (also per embodiment,
+      `demofactory.shards.embodiment_stats`)
+         -> shard-000003.stats.json (`demofactory.shards.stats`)
 
 The tar is written with the stdlib `tarfile`, not webdataset's writer, so that
 equal content gives equal bytes: a retried shard is rewritten identically and
@@ -24,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from fileio import sha256_file
-from shards.embodiment_stats import embodiment_rows
-from shards.format import (
+from demofactory.fileio import sha256_file
+from demofactory.shards.embodiment_stats import embodiment_rows
+from demofactory.shards.format import (
     ACTION_KEY,
     META_KEY,
     SIM_STATE_KEY,
@@ -40,8 +41,8 @@ from shards.format import (
     segmentation_member,
     shard_name,
 )
-from shards.partial_stats import partial_stats
-from shards.shard_layout import (
+from demofactory.shards.partial_stats import partial_stats
+from demofactory.shards.shard_layout import (
     EPISODE_LAYOUT,
     STEP_LAYOUT,
     check_shard_layout,
@@ -49,7 +50,7 @@ from shards.shard_layout import (
     episode_meta,
     step_meta_bytes,
 )
-from shards.stats import save_sidecar
+from demofactory.shards.stats import save_sidecar
 
 # Fixed tar header fields: nothing about when or by whom a shard was written
 # may reach its bytes.
@@ -110,7 +111,7 @@ def write_shard(
     final name only once complete; on failure nothing is left behind (a previous
     file of the same name is kept). An empty `episodes` writes a valid, empty tar.
     `layout`: "step" (one sample a time step) or "episode" (one an episode,
-    `shards.shard_layout`); readers read both as steps.
+    `demofactory.shards.shard_layout`); readers read both as steps.
 
     Returns the `ShardInfo` of the written file, with the sha256 of its bytes;
     its `samples` counts time steps in either layout.
@@ -132,7 +133,7 @@ def write_shard(
         bytes=path.stat().st_size,
         sha256=sha256_file(path),
     )
-    if ordered:  # the driver merges these instead of reading the shard (shards.stats)
+    if ordered:  # the driver merges these instead of reading the shard (demofactory.shards.stats)
         rows = {
             ACTION_KEY: np.concatenate([ep.actions for ep in ordered]),
             STATE_KEY: np.concatenate([ep.states for ep in ordered]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import factory  # noqa: F401 - sets MUJOCO_GL's default (factory/_gl.py) before robosuite loads
+import demofactory  # noqa: F401 - sets MUJOCO_GL's default (factory/_gl.py) before robosuite loads
 
 # Ray 2.60 otherwise binds its local cluster to a non-loopback address in some containers.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -66,7 +66,7 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("sim") is not None:
         # As the CLI and the Ray workers do, once, before this process builds an env (and so
         # before the test's fixtures: a module-scoped one may build it).
-        from factory import robot_repairs
+        from demofactory.robots import repairs as robot_repairs
 
         robot_repairs.install()
     with _marks_enforced(item):  # fixtures too: a module-scoped one may build the env
@@ -87,7 +87,7 @@ def _marks_enforced(item):
     """
     marked = {m.name for m in item.iter_markers()}
     patched = []
-    sim, ray = sys.modules.get("factory.sim"), sys.modules.get("ray")
+    sim, ray = sys.modules.get("demofactory.simulation.scene"), sys.modules.get("ray")
     if "sim" not in marked and sim is not None:
         patched.append((sim, "make_env", _refuse("builds a robosuite env", "sim")))
     if "ray" not in marked and ray is not None and hasattr(ray, "init"):
@@ -115,7 +115,9 @@ def _refuse(what: str, mark: str):
 
 def write_spec(path: Path, base: str = "lift.yaml", **changes) -> Path:
     """A shipped spec with top-level sections replaced or merged, seed demos made absolute."""
-    from factory.spec import load_raw_spec  # resolves `extends:` (lift_lowdim.yaml extends lift)
+    from demofactory.specs.spec import (
+        load_raw_spec,  # resolves `extends:` (lift_lowdim.yaml extends lift)
+    )
 
     data = load_raw_spec(SPECS / base)
     data["seed_demos"] = [str((SPECS / p).resolve()) for p in data["seed_demos"]]
@@ -197,8 +199,8 @@ def small_lift_spec(tmp_path_factory) -> Path:
 def small_lift_dataset(tmp_path_factory, small_lift_spec, ray_cluster) -> Path:
     """`factory run` on the small Lift spec, two Ray workers, once per session: tests that
     change it work on copies."""
-    from factory.cli import main
-    from shards import load_manifest
+    from demofactory.cli.main import main
+    from demofactory.shards import load_manifest
 
     out = tmp_path_factory.mktemp("datasets") / "small_lift"
     run = ["run", str(small_lift_spec), "--out", str(out), "--workers", "2", "--no-progress"]
@@ -210,7 +212,7 @@ def small_lift_dataset(tmp_path_factory, small_lift_spec, ray_cluster) -> Path:
 @pytest.fixture(scope="session")
 def lift_dataset(tmp_path_factory, tiny_lift_spec, ray_cluster) -> Path:
     """`factory run` on the tiny Lift spec, two Ray workers, once per session."""
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     out = tmp_path_factory.mktemp("datasets") / "lift"
     assert (

@@ -6,16 +6,15 @@ import json
 
 import numpy as np
 import pytest
-
-from factory.action_spaces import (
+from demofactory.build.action_spaces import (
     ACTION_SPACES,
     parse_action_spaces,
     rotation_6d,
     rotation_from_6d,
     space_layout,
 )
-from factory.cli import main
-from factory.errors import UserError
+from demofactory.cli.main import main
+from demofactory.errors import UserError
 
 
 def test_action_spaces_parse_comma_separated_and_repeated_in_order_once():
@@ -55,7 +54,7 @@ def test_rotation_6d_is_pytorch3d_s_rows_and_inverts():
 
 
 def test_layout_names_mark_absolute_parts_the_way_gr00t_s_modality_reads_them():
-    from shards.export_gr00t import _parts
+    from demofactory.shards.export_gr00t import _parts
 
     layout = [p for name in ACTION_SPACES for p in space_layout(name, 7)]
     parts = _parts(layout, action=True)
@@ -68,11 +67,10 @@ def test_export_relabels_replays_and_reports(lift_dataset, tmp_path):
     """The tiny Lift dataset exported with all three spaces: each replays with its controller,
     the labels agree with the recorded states, and modality.json marks absolute per part."""
     import pyarrow.parquet as pq
-
-    from factory.sim import Scene
-    from factory.spec import load_stored_spec
-    from shards.export_source import load_source, read_episodes
-    from shards.metadata import load_dataset_info
+    from demofactory.shards.export_source import load_source, read_episodes
+    from demofactory.shards.metadata import load_dataset_info
+    from demofactory.simulation.scene import Scene
+    from demofactory.specs.spec import load_stored_spec
 
     out = tmp_path / "gr00t"
     args = ["export", str(lift_dataset), "--to", "gr00t", str(out)]

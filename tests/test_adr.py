@@ -1,4 +1,5 @@
-"""Automatic domain randomization (factory/adr.py): the schedule, its record, its plot."""
+"""Automatic domain randomization (factory/robustness/adr.py): the schedule, its record, its
+plot."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import json
 import numpy as np
 import pytest
 import yaml
+from demofactory.errors import SpecError
+from demofactory.robustness.adr import plot_adr, run_adr, scaled_physics
+from demofactory.simulation.physics import draw_physics, physics_rng
+from demofactory.specs.spec import AdrSpec, PhysicsSpec, load_spec
 from PIL import Image
 
-from factory.adr import plot_adr, run_adr, scaled_physics
-from factory.errors import SpecError
-from factory.physics import draw_physics, physics_rng
-from factory.spec import AdrSpec, PhysicsSpec, load_spec
 from tests.conftest import SPECS
 
 PHYSICS = PhysicsSpec(
@@ -108,7 +109,7 @@ def test_adr_leaves_older_fingerprints_alone(tmp_path):
 def test_a_run_records_the_schedule_and_generates_within_it(tmp_path, ray_cluster, capsys):
     # In this process on the session's Ray cluster: the same code as the `factory` command,
     # without a Python start and a Ray start of its own.
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     spec = _spec_file(tmp_path, {"probe_attempts": 1, "rounds": 2, "start": 0.5, "step": 0.5})
     out = tmp_path / "out"

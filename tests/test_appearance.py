@@ -13,25 +13,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import write_spec
-from PIL import Image
-
-from factory.adapters import appearance_params
-from factory.errors import UserError
-from factory.pipeline import ShardWorker
-from factory.preview import sheet_records
-from factory.render import FrameRenderer, encode_jpeg
-from factory.resolve import resolve_spec
-from factory.shard_records import plan_shards
-from factory.sim import Placement, Scene
-from factory.spec import TextureRandomization, load_spec
-from generators.appearance import (
+from demofactory.build.pipeline import ShardWorker
+from demofactory.build.preview import sheet_records
+from demofactory.build.records import plan_shards
+from demofactory.errors import UserError
+from demofactory.generators.appearance import (
     AppearanceDraw,
     AppearanceRandomizer,
     draw_appearance,
     variant_rng,
 )
-from generators.textures import PATTERNS, fit_texture, make_pattern
-from shards import load_episodes, save_episodes, shards_dir
+from demofactory.generators.textures import PATTERNS, fit_texture, make_pattern
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.shards import load_episodes, save_episodes, shards_dir
+from demofactory.simulation.render import FrameRenderer, encode_jpeg
+from demofactory.simulation.scene import Placement, Scene
+from demofactory.specs.adapters import appearance_params
+from demofactory.specs.spec import TextureRandomization, load_spec
+from PIL import Image
 
 SIZE = 32  # pixels, every camera here
 APPEARANCE = {

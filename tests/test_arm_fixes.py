@@ -1,4 +1,5 @@
-"""The arm-frame repair (factory.arm_fixes): robosuite's IIWA carries its controller frame on the
+"""The arm-frame repair (demofactory.robots.arm_fixes): robosuite's IIWA carries its controller
+frame on the
 link its first joint turns; the factory builds it on the fixed base, and leaves other arms be."""
 
 from __future__ import annotations
@@ -6,11 +7,11 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from demofactory.robots import arm_fixes
+from demofactory.robots.support import supported_robots
+from demofactory.simulation.scene import Scene
+from demofactory.specs.spec import load_spec
 
-from factory import arm_fixes
-from factory.robots import supported_robots
-from factory.sim import Scene
-from factory.spec import load_spec
 from tests.conftest import SPECS
 
 
@@ -86,7 +87,8 @@ def test_iiwa_frame_stays_put_as_its_first_joint_turns_and_it_steps_fast():
 
 @pytest.mark.sim
 def test_robosuites_own_iiwa_falls_back_to_env_step_and_says_why(monkeypatch):
-    # Without the repair the fast loop's check against env.step (factory.fast_step) catches it.
+    # Without the repair the fast loop's check against env.step (demofactory.simulation.fast_step)
+    # catches it.
     import robosuite.models.robots as robot_models
     from robosuite.models.robots.robot_model import REGISTERED_ROBOTS
 

@@ -7,8 +7,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import DEMOS, SPECS
-
-from factory.errors import UserError
+from demofactory.errors import UserError
 
 LIFT = SPECS / "lift.yaml"
 # Three windows of the first Lift seed demo (demo_1 grasps at step 188): the arm moving free,
@@ -19,8 +18,8 @@ HIDDEN = {"mass.cube": 1.6, "kp": 0.8}  # the delay search: benchmarks/bench_cal
 
 @pytest.fixture(scope="module")
 def lift_scene():
-    from factory.sim import Scene
-    from factory.spec import load_spec
+    from demofactory.simulation.scene import Scene
+    from demofactory.specs.spec import load_spec
 
     return Scene(load_spec(LIFT))
 
@@ -28,8 +27,8 @@ def lift_scene():
 @pytest.fixture(scope="module")
 def recordings(lift_scene, tmp_path_factory) -> list:
     """Three hdf5 files, one window each, recorded in the scene with HIDDEN applied."""
-    from factory.calibrate import record, save_recordings
-    from factory.demos import load_seed_demos
+    from demofactory.robustness.calibrate import record, save_recordings
+    from demofactory.seeds.demos import load_seed_demos
 
     demo = load_seed_demos(DEMOS / "lift_panda_4demos_robosuite141.hdf5")[0]
     trajectories = record(
@@ -49,7 +48,7 @@ def recordings(lift_scene, tmp_path_factory) -> list:
 @pytest.mark.sim
 def test_recorded_windows_see_the_hidden_values(lift_scene, recordings):
     """The hidden values change what was recorded (else the fit below proves nothing)."""
-    from factory.calibrate import load_recordings, rollout, state_residual
+    from demofactory.robustness.calibrate import load_recordings, rollout, state_residual
 
     for rec in load_recordings(recordings, lift_scene, None):
         nominal = rollout(lift_scene, rec.states[0], rec.actions)
@@ -58,8 +57,8 @@ def test_recorded_windows_see_the_hidden_values(lift_scene, recordings):
 
 @pytest.mark.sim
 def test_calibrate_recovers_hidden_parameters(recordings, tmp_path, capsys):
-    from factory.cli import main
-    from factory.spec import load_spec
+    from demofactory.cli.main import main
+    from demofactory.specs.spec import load_spec
 
     out = tmp_path / "lift.calibrated.yaml"
     argv = ["calibrate", str(LIFT), "--recordings", *map(str, recordings), "--quiet"]
@@ -78,7 +77,7 @@ def test_calibrate_recovers_hidden_parameters(recordings, tmp_path, capsys):
 
 
 def _refused(argv, capsys, *paths) -> str:
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -101,7 +100,7 @@ def test_recording_of_another_env_is_refused(recordings, tmp_path, capsys):
 
 @pytest.mark.sim
 def test_recording_with_wrong_state_size_is_refused(recordings, tmp_path, capsys):
-    from factory.calibrate import save_recordings
+    from demofactory.robustness.calibrate import save_recordings
 
     with h5py.File(recordings[0]) as f:
         states, actions = f["data/demo_1/states"][()], f["data/demo_1/actions"][()]
@@ -135,14 +134,14 @@ def test_lerobot_folder_and_bad_params_are_refused(recordings, tmp_path, capsys)
     ],
 )
 def test_parse_params_names_the_token(token, expected):
-    from factory.calibrate import parse_params
+    from demofactory.robustness.calibrate import parse_params
 
     with pytest.raises(UserError, match=expected):
         parse_params([token])
 
 
 def test_delayed_actions_blend_neighbours():
-    from factory.calibrate import delayed_actions
+    from demofactory.robustness.calibrate import delayed_actions
 
     actions = np.arange(1.0, 6.0)[:, None]  # before the first command arrives: zeros (hold)
     np.testing.assert_allclose(delayed_actions(actions, 0.0)[:, 0], [1, 2, 3, 4, 5])

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from factory.spec import load_raw_spec
+from demofactory.specs.spec import load_raw_spec
 
 pytestmark = pytest.mark.sim
 
@@ -30,7 +29,7 @@ STACK_DEMOS = DEMOS / "stack_panda_1demo_robosuite100.hdf5"
 def factory(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     # The timeout only keeps a hung run from hanging the suite; nothing asserts on time.
     return subprocess.run(
-        [sys.executable, "-m", "factory.cli", *map(str, args)],
+        [sys.executable, "-m", "demofactory.cli.main", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -303,7 +302,7 @@ def test_a_reader_that_leaves_is_not_an_error():
     os.close(read_end)  # the reader is gone before the first write
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "factory.cli", "spec-help", "--json-schema"],
+            [sys.executable, "-m", "demofactory.cli.main", "spec-help", "--json-schema"],
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,

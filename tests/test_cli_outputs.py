@@ -1,4 +1,5 @@
-"""What the README shows people, through `factory.cli.main`: the plain text of `inspect` and
+"""What the README shows people, through `demofactory.cli.main.main`: the plain text of `inspect`
+and
 `annotate`, the live progress line, a second `factory run` on a busy --out, `export --to lerobot`.
 
 The `--json` forms are tested elsewhere (test_end_to_end, test_subtasks); here the text a person
@@ -16,9 +17,9 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+from demofactory.build.progress import ProgressState, RunProgress, format_progress
+from demofactory.cli.main import main
 
-from factory.cli import main
-from factory.progress import ProgressState, RunProgress, format_progress
 from tests.conftest import REPO, SPECS
 
 
@@ -164,7 +165,7 @@ def test_no_progress_shows_only_warnings(monkeypatch):
 HOLD = """
 import sys
 from pathlib import Path
-from factory.run import lock_output_dir
+from demofactory.build.run import lock_output_dir
 held = lock_output_dir(Path(sys.argv[1]))
 print("held", flush=True)
 sys.stdin.read()

@@ -1,4 +1,5 @@
-"""`--set PATH=VALUE` (factory.overrides): one override mechanism; the per-field flags of `run` and
+"""`--set PATH=VALUE` (demofactory.specs.overrides): one override mechanism; the per-field flags of
+`run` and
 `script` are its aliases and give the same spec."""
 
 from __future__ import annotations
@@ -6,11 +7,11 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from demofactory.cli.main import build_parser, main
+from demofactory.errors import UserError
+from demofactory.specs.overrides import ALIASES, check_path, parse_assignment, spec_overrides
+from demofactory.specs.spec import SceneSpec, load_spec
 
-from factory.cli import build_parser, main
-from factory.errors import UserError
-from factory.overrides import ALIASES, check_path, parse_assignment, spec_overrides
-from factory.spec import SceneSpec, load_spec
 from tests.conftest import SPECS
 
 LIFT = SPECS / "lift.yaml"

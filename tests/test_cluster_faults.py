@@ -54,11 +54,11 @@ def lowdim_spec(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference(lowdim_spec, tmp_path_factory) -> Path:
     """The dataset written in this process, shard after shard, without Ray."""
-    from factory.pipeline import ShardWorker
-    from factory.resolve import resolve_spec
-    from factory.run import DatasetRecorder
-    from factory.shard_records import plan_shards
-    from factory.spec import load_spec
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import plan_shards
+    from demofactory.build.run import DatasetRecorder
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
 
     out = tmp_path_factory.mktemp("reference")
     resolved = resolve_spec(load_spec(lowdim_spec))
@@ -74,7 +74,7 @@ def reference(lowdim_spec, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def two_nodes():
     """A head and a worker node, one CPU each, on 127.0.0.1; stopped by PID afterwards."""
-    from cluster.local import LocalCluster
+    from demofactory.cluster.local import LocalCluster
 
     cluster = LocalCluster(cpus=(1, 1)).start()
     try:
@@ -96,7 +96,7 @@ def factory_run(
     """`factory run` on `cluster`, its address given as `--address HOST:PORT` ("flag"), in
     RAY_ADDRESS ("env"), or as `--address auto` with RAY_ADDRESS set (a `ray job submit`).
     `workers` None: no --workers (a worker a CPU of the cluster, growing as nodes join)."""
-    from cluster.local import driver_env
+    from demofactory.cluster.local import driver_env
 
     cmd = [FACTORY, "run", str(spec), "--out", str(out)]
     cmd += ["--workers", str(workers)] if workers is not None else []
@@ -117,7 +117,7 @@ def factory_run(
 
 
 def listed(out: Path) -> dict[str, str]:
-    from shards import load_manifest
+    from demofactory.shards import load_manifest
 
     return (
         {s.name: s.sha256 for s in load_manifest(out).shards}
@@ -127,9 +127,9 @@ def listed(out: Path) -> dict[str, str]:
 
 
 def assert_same_dataset(out: Path, reference: Path) -> None:
-    from shards import shards_dir, verify_shard
-    from shards.manifest import load_manifest
-    from shards.stats import sidecar_path
+    from demofactory.shards import shards_dir, verify_shard
+    from demofactory.shards.manifest import load_manifest
+    from demofactory.shards.stats import sidecar_path
 
     assert listed(out) == listed(reference)
     assert all(verify_shard(out, info) for info in load_manifest(out).shards)
@@ -198,7 +198,7 @@ def test_a_node_lost_and_a_node_joining_mid_run_give_the_same_dataset(
     auto-sized pool grows. Then node 1's raylet is SIGKILLed, which loses the node and its
     worker with the held shard. The run finishes on the new node with the bytes of an
     uninterrupted run."""
-    from cluster.local import LocalCluster
+    from demofactory.cluster.local import LocalCluster
 
     out = tmp_path / "out"
     with LocalCluster(cpus=(0, 1)) as cluster:
@@ -288,8 +288,8 @@ def test_a_full_disk_then_a_killed_driver_are_resumed_to_the_same_dataset(
 
 def test_a_driver_killed_with_its_own_local_cluster_leaves_no_ray_process(lowdim_spec, tmp_path):
     """Without --address the CLI starts a local cluster; SIGKILLed, it must not leave it running."""
-    from cluster.local import driver_env
-    from cluster.reaper import descendants, start_time
+    from demofactory.cluster.local import driver_env
+    from demofactory.cluster.reaper import descendants, start_time
 
     out = tmp_path / "out"
     proc = subprocess.Popen(

@@ -15,16 +15,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from cluster.gpu import GpuRenderError, egl_device_for, gpu_render_env
-from factory.errors import UserError
-from factory.progress import (
+from demofactory.build.progress import (
     ProgressState,
     RunProgress,
     eta_seconds,
     format_duration,
     format_progress,
 )
+from demofactory.cluster.gpu import GpuRenderError, egl_device_for, gpu_render_env
+from demofactory.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,7 +73,8 @@ def test_the_actor_module_and_its_arguments_do_not_import_mujoco():
     """The actor picks its EGL device in __init__: mujoco must not be imported before that."""
     # What crosses to the actor: the worker factory (and the spec in it), then the demos.
     code = (
-        "import sys, cluster.runner, factory.worker_factory, generators.records; "
+        "import sys, demofactory.cluster.runner, demofactory.build.worker_factory, "
+        "demofactory.generators.records; "
         "print(sorted({'mujoco', 'robosuite'} & set(sys.modules)))"
     )
     out = subprocess.run(
@@ -84,8 +84,8 @@ def test_the_actor_module_and_its_arguments_do_not_import_mujoco():
 
 
 def test_gpus_per_worker_from_the_environment(monkeypatch, tiny_lift_spec):
-    from factory.run import GPUS_ENV, gpus_per_worker
-    from factory.spec import load_spec
+    from demofactory.build.run import GPUS_ENV, gpus_per_worker
+    from demofactory.specs.spec import load_spec
 
     spec = load_spec(tiny_lift_spec)
     monkeypatch.delenv(GPUS_ENV, raising=False)
@@ -183,8 +183,8 @@ def test_run_progress_counts_events_and_warns_without_a_bar(capsys):
 
 def _result(out: Path, index: int):
     """A finished, empty shard (a real tar) and its result record."""
-    from factory.shard_records import ShardResult, ShardTask
-    from shards import shards_dir, write_shard
+    from demofactory.build.records import ShardResult, ShardTask
+    from demofactory.shards import shards_dir, write_shard
 
     shards_dir(out).mkdir(parents=True, exist_ok=True)
     info = write_shard([], shards_dir(out), index)
@@ -204,9 +204,9 @@ def _result(out: Path, index: int):
 def test_commits_are_journal_lines_and_fsyncs_are_spaced_once_they_get_expensive(
     tmp_path, monkeypatch
 ):
-    from factory.run import DatasetRecorder
-    from shards import load_manifest
-    from shards.journal import JournalWriter
+    from demofactory.build.run import DatasetRecorder
+    from demofactory.shards import load_manifest
+    from demofactory.shards.journal import JournalWriter
 
     now, syncs = [0.0], []
 
@@ -234,8 +234,8 @@ def test_commits_are_journal_lines_and_fsyncs_are_spaced_once_they_get_expensive
 
 
 def test_one_driver_per_dataset_directory(tmp_path, tiny_lift_spec):
-    from factory.output_dir import LOCK_FILENAME, check_output_dir, lock_output_dir
-    from factory.spec import load_spec
+    from demofactory.build.output_dir import LOCK_FILENAME, check_output_dir, lock_output_dir
+    from demofactory.specs.spec import load_spec
 
     held = lock_output_dir(tmp_path)
     with pytest.raises(
@@ -294,7 +294,7 @@ def test_rayjob_runs_factory_on_a_head_and_cpu_and_gpu_groups():
 
 
 def test_the_reaper_ends_the_watched_processes_and_no_others():
-    from cluster.reaper import release, start_time, watch_local_cluster
+    from demofactory.cluster.reaper import release, start_time, watch_local_cluster
 
     ray_like = subprocess.Popen(["sleep", "60"])  # stands for the gcs/raylet ray.init started
     bystander = subprocess.Popen(["sleep", "60"])  # another child of the same driver

@@ -6,12 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from demofactory.build.coverage import PlacementGrid, count, summarize
+from demofactory.build.rebalance import RebalancedPlan, deficits, extend_plan, plan_round
+from demofactory.build.records import ShardPlan
+from demofactory.cli.main import main
+from demofactory.specs.spec import load_spec
 
-from factory.cli import main
-from factory.coverage import PlacementGrid, count, summarize
-from factory.rebalance import RebalancedPlan, deficits, extend_plan, plan_round
-from factory.shard_records import ShardPlan
-from factory.spec import load_spec
 from tests.conftest import write_spec
 
 
@@ -70,7 +70,7 @@ def test_counts_and_the_covered_share_from_recorded_attempts():
 
 
 def test_without_recorded_attempts_the_kept_episodes_are_counted_once_per_trajectory():
-    from shards.metadata import EpisodeRecord
+    from demofactory.shards.metadata import EpisodeRecord
 
     def record(index, trajectory, ax):
         return EpisodeRecord(
@@ -88,7 +88,7 @@ def test_without_recorded_attempts_the_kept_episodes_are_counted_once_per_trajec
 
 
 class _Spec:
-    """What factory.rebalance reads of a spec."""
+    """What demofactory.build.rebalance reads of a spec."""
 
     class generation:  # noqa: N801
         attempts = 4
@@ -157,7 +157,7 @@ def test_a_rebalanced_run_records_what_it_did_and_resumes_to_the_same_dataset(
 ):
     """Tiny Lift: 4 planned attempts, then rounds of extra ones aimed at the empty cells; the
     record is in generation.json, inspect --coverage reads it, and a second run adds nothing."""
-    from shards import load_manifest
+    from demofactory.shards import load_manifest
 
     spec = write_spec(
         tmp_path / "rb.yaml",

@@ -1,5 +1,5 @@
 """Another robot than the one that recorded the seed demos: grasp frames, the robot check, and a
-real generation on UR5e from the Panda's Lift demo (factory.cross_robot)."""
+real generation on UR5e from the Panda's Lift demo (demofactory.seeds.cross_robot)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import json
 import h5py
 import numpy as np
 import pytest
+from demofactory.errors import SpecError
+from demofactory.generators.poses import make_pose
+from demofactory.robots.support import check_robot, robot_problem, supported_robots
+from demofactory.seeds.demos import load_seed_demos
+from demofactory.simulation.grasp_frame import grasp_frame, nearer_half_turn, retarget_eef
 from test_cli_errors import DEMOS, REPO, assert_user_error, factory, write_spec
-
-from factory.demos import load_seed_demos
-from factory.errors import SpecError
-from factory.grasp_frame import grasp_frame, nearer_half_turn, retarget_eef
-from factory.robots import check_robot, robot_problem, supported_robots
-from generators.poses import make_pose
 
 
 def _turn_z(angle: float) -> np.ndarray:
@@ -114,9 +113,9 @@ def test_the_recording_robot_is_read_from_the_file(tmp_path):
 
 @pytest.mark.sim
 def test_ur5e_generates_lift_from_a_panda_demo():
-    from factory.resolve import resolve_spec
-    from factory.spec import load_spec
-    from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+    from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
 
     one_demo = str(DEMOS / "lift_panda_1demo_robosuite100.hdf5")
     spec = load_spec(
@@ -139,7 +138,8 @@ def test_ur5e_generates_lift_from_a_panda_demo():
         demo.start_state[1 + scene.model.nq - 7 : 1 + scene.model.nq], panda_cube
     )
     # One attempt (cube moved and turned by its seed): the Panda's grasp, carried over by the
-    # grasp frames, lifts the cube with UR5e's Robotiq 85, repaired (factory.gripper_fixes) and
+    # grasp frames, lifts the cube with UR5e's Robotiq 85, repaired
+    # (demofactory.robots.gripper_fixes) and
     # stepped by the fast loop (100 of 100 in benchmarks/).
     assert scene.fast_control, scene.fast_control_note
     attempt = generate_attempt(

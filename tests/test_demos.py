@@ -8,9 +8,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-
-from factory.demos import load_seed_demos
-from factory.errors import UserError
+from demofactory.errors import UserError
+from demofactory.seeds.demos import load_seed_demos
 
 DEMOS = Path(__file__).parents[1] / "scene_specs" / "demos"
 

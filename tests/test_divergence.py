@@ -1,4 +1,5 @@
-"""Divergence scores (factory/divergence.py, `factory divergence`, generation.robustness).
+"""Divergence scores (factory/robustness/divergence.py, `factory divergence`,
+generation.robustness).
 
 One tiny real Lift dataset (low-dimensional, one successful attempt under a mild `physics:`
 section), made in-process by a ShardWorker, is shared by the module; each replay of its 308
@@ -14,17 +15,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from demofactory.build.output_dir import GENERATION_FILENAME
+from demofactory.build.pipeline import ShardWorker
+from demofactory.build.records import ShardTask
+from demofactory.build.run import DatasetRecorder, dataset_info
+from demofactory.robustness.divergence import divergence_draws, score_episode
+from demofactory.robustness.divergence_run import CHECK_STEPS, score_recorded
+from demofactory.shards import load_episodes, save_dataset_info
+from demofactory.shards.metadata import EpisodeRecord
+from demofactory.simulation.physics import draw_physics, physics_rng, recorded_physics
+from demofactory.specs.spec import load_spec
 
-from factory.divergence import divergence_draws, score_episode
-from factory.divergence_run import CHECK_STEPS, score_recorded
-from factory.output_dir import GENERATION_FILENAME
-from factory.physics import draw_physics, physics_rng, recorded_physics
-from factory.pipeline import ShardWorker
-from factory.run import DatasetRecorder, dataset_info
-from factory.shard_records import ShardTask
-from factory.spec import load_spec
-from shards import load_episodes, save_dataset_info
-from shards.metadata import EpisodeRecord
 from tests.conftest import write_spec
 
 MILD = {"mass": {"cube": [0.9, 1.1]}, "kp": [0.9, 1.1], "delay": [0, 1]}
@@ -46,7 +47,7 @@ def lift_spec(directory: Path, physics=MILD, name="div_lift", **changes) -> Path
 @pytest.fixture(scope="module")
 def lift(tmp_path_factory):
     """(spec path, Resolved, short demos, the attempt, the dataset directory)."""
-    from factory.resolve import resolve_spec
+    from demofactory.seeds.resolve import resolve_spec
 
     root = tmp_path_factory.mktemp("divergence")
     path = lift_spec(root)
@@ -130,7 +131,7 @@ def test_extreme_physics_lowers_the_share_and_raises_the_error(lift, tmp_path):
 @pytest.mark.sim
 @pytest.mark.slow  # a scene built and three replays: ~15 s on 2 shared cores
 def test_cli_writes_the_scores_into_both_files_and_inspect_shows_them(lift, tmp_path, capsys):
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     path, resolved, short, attempt, dataset = lift
     copy = tmp_path / "dataset"
@@ -180,7 +181,7 @@ def test_cli_writes_the_scores_into_both_files_and_inspect_shows_them(lift, tmp_
 
 @pytest.mark.sim
 def test_bad_input_is_one_line_and_writes_nothing(lift, tmp_path, capsys):
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     path, _, _, _, dataset = lift
     before = _files(dataset)
@@ -243,7 +244,7 @@ def _copy(dataset: Path, to: Path) -> Path:
 
 @pytest.mark.sim
 def test_without_spec_the_dataset_s_own_spec_is_used(lift, tmp_path, capsys, monkeypatch):
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     path, _, _, _, dataset = lift
     given, stored = _copy(dataset, tmp_path / "given"), _copy(dataset, tmp_path / "stored")
@@ -262,7 +263,7 @@ def test_without_spec_the_dataset_s_own_spec_is_used(lift, tmp_path, capsys, mon
 HOLD = """
 import sys
 from pathlib import Path
-from factory.run import lock_output_dir
+from demofactory.build.run import lock_output_dir
 held = lock_output_dir(Path(sys.argv[1]))
 print("held", flush=True)
 sys.stdin.read()
@@ -276,7 +277,8 @@ def test_a_divergence_blocked_by_a_run_says_what_holds_it(lift, tmp_path, capsys
     import subprocess
     import sys
 
-    from factory.cli import main
+    from demofactory.cli.main import main
+
     from tests.conftest import REPO
 
     path, _, _, _, dataset = lift
@@ -327,7 +329,7 @@ def test_divergence_on_a_full_disk_names_the_file(lift, tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     result = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "divergence", str(copy), "--spec", str(path),
+        [sys.executable, "-m", "demofactory.cli.main", "divergence", str(copy), "--spec", str(path),
          "--draws", "2", "--no-progress"],
         cwd=REPO,
         capture_output=True,

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from factory.cli import build_parser, main
+from demofactory.cli.main import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 import webdataset as wds
 import yaml
-
-from factory.pipeline import ShardWorker
-from factory.resolve import resolve_spec
-from factory.shard_records import plan_shards
-from factory.spec import load_spec
-from shards import load_episodes, load_manifest, load_stats, sha256_file, shards_dir
-from shards.partial_stats import QUANTILE_ERROR_OF_RANGE
-from shards.stats import sidecar_path
+from demofactory.build.pipeline import ShardWorker
+from demofactory.build.records import plan_shards
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.shards import load_episodes, load_manifest, load_stats, sha256_file, shards_dir
+from demofactory.shards.partial_stats import QUANTILE_ERROR_OF_RANGE
+from demofactory.shards.stats import sidecar_path
+from demofactory.specs.spec import load_spec
 
 pytestmark = [pytest.mark.sim, pytest.mark.ray]
 
@@ -62,7 +61,7 @@ def test_episodes_whole_and_in_order_inside_one_shard(lift_dataset, samples):
 
 def test_images_match_the_recorded_states_upright(lift_dataset, tiny_lift_spec, samples):
     """Re-render recorded states in a fresh scene: the stored JPEG matches it, not its flip."""
-    from factory.render import FrameRenderer
+    from demofactory.simulation.render import FrameRenderer
 
     spec = load_spec(tiny_lift_spec)
     resolved = resolve_spec(spec)
@@ -101,7 +100,7 @@ def test_manifest_checksums_and_stats_match_the_data(lift_dataset, samples):
 
 
 def test_inspect_json_reports_the_success_rate(lift_dataset, capsys):
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     capsys.readouterr()
     assert main(["inspect", str(lift_dataset), "--json"]) == 0
@@ -133,7 +132,7 @@ def test_a_shard_rewritten_in_one_process_is_byte_identical(
 
 
 def test_rerun_resumes_without_redoing_shards(lift_dataset, tiny_lift_spec, ray_cluster):
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     before = {
         p.name: (p.stat().st_mtime_ns, sha256_file(p))
@@ -154,7 +153,7 @@ def test_more_attempts_extend_the_dataset(
     small_lift_dataset, small_lift_spec, tmp_path, ray_cluster
 ):
     """Raising --attempts on the same output keeps finished shards and adds new ones."""
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     copy = tmp_path / "extended"
     subprocess.run(["cp", "-r", str(small_lift_dataset), str(copy)], check=True)
@@ -172,8 +171,9 @@ def test_more_attempts_extend_the_dataset(
 
 @pytest.mark.slow  # a `factory run` or a shard made again: tens of seconds
 def test_generate_until_n_successes_stops_early_and_reports_subtasks(tmp_path, ray_cluster):
-    from factory.cli import main
-    from factory.report import summarize
+    from demofactory.build.report import summarize
+    from demofactory.cli.main import main
+
     from tests.conftest import write_spec
 
     # The tiny Lift spec without cameras: stopping early is about attempts and shards, and
@@ -204,8 +204,7 @@ def test_generate_until_n_successes_stops_early_and_reports_subtasks(tmp_path, r
 
 def test_verify_export_and_preview_commands_on_a_real_dataset(lift_dataset, tmp_path, capsys):
     import h5py
-
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     assert main(["verify", str(lift_dataset)]) == 0
     assert (
@@ -232,8 +231,8 @@ def test_a_damaged_shard_is_redone_on_rerun(
 ):
     """Every shard is listed, so the driver's quick look (no checksums) starts no cluster; the
     checksums under the lock find the damage, and a cluster is started for that shard alone."""
-    from factory.cli import main
-    from factory.run import _shards_left
+    from demofactory.build.run import _shards_left
+    from demofactory.cli.main import main
 
     copy = tmp_path / "damaged"
     subprocess.run(["cp", "-r", str(small_lift_dataset), str(copy)], check=True)
@@ -255,7 +254,7 @@ def test_a_damaged_shard_is_redone_on_rerun(
 
 
 def test_the_quick_look_counts_unlisted_shards(lift_dataset, tiny_lift_spec, tmp_path):
-    from factory.run import _shards_left
+    from demofactory.build.run import _shards_left
 
     spec = load_spec(tiny_lift_spec)
     tasks = plan_shards(spec)

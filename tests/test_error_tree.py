@@ -1,6 +1,7 @@
-"""One error policy: every error a user can fix reaches `factory.cli.main` as one line, exit 2.
+"""One error policy: every error a user can fix reaches `demofactory.cli.main.main` as one line,
+exit 2.
 
-The classes are discovered, not listed: every subclass of `factory.errors.USER_FACING_ERRORS`
+The classes are discovered, not listed: every subclass of `demofactory.errors.USER_FACING_ERRORS`
 defined in the four packages (all their modules imported). Each is raised from a patched
 command; then one real CLI path per library root shows that nothing on the way converts or
 swallows it.
@@ -18,13 +19,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from factory.cli import COMMANDS, main, user_message
-from factory.errors import USER_FACING_ERRORS, UserError
-from shards.format import DatasetError
+from demofactory.cli.main import COMMANDS, main, user_message
+from demofactory.errors import USER_FACING_ERRORS, UserError
+from demofactory.shards.format import DatasetError
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("factory", "generators", "shards", "cluster", "fileio")
+PACKAGES = ("demofactory",)  # the libraries are its subpackages
 LIBRARIES = ("generators", "shards", "cluster", "fileio")
 
 
@@ -134,7 +134,7 @@ def test_an_export_that_cannot_start_is_an_export_error(tmp_path, capsys):
 
 
 def test_a_texture_model_that_is_not_there_is_a_generator_error(tmp_path, capsys, monkeypatch):
-    from factory.spec import load_raw_spec
+    from demofactory.specs.spec import load_raw_spec
 
     monkeypatch.setenv("DEMOFACTORY_CACHE", "off")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
@@ -155,7 +155,7 @@ def test_no_ray_cluster_at_the_address_is_a_cluster_error(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     result = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "run", REPO / "scene_specs" / "lift.yaml"]
+        [sys.executable, "-m", "demofactory.cli.main", "run", REPO / "scene_specs" / "lift.yaml"]
         + ["--out", tmp_path / "out", "--address", f"127.0.0.1:{port}"],
         cwd=tmp_path,
         capture_output=True,

@@ -6,22 +6,21 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import demofactory  # noqa: F401  (selects the GL backend before robosuite)
 import numpy as np
 import pytest
 from conftest import REPO, SPECS, write_spec
-
-import factory  # noqa: F401  (selects the GL backend before robosuite)
-from factory.cli import main
-from factory.errors import SpecError, UserError
-from factory.eval_physics import load_eval_physics, parse_eval_physics
-from factory.policy import make_obs_layout
-from factory.resolve import Resolved, resolve_spec
-from factory.seeds import write_seed_dataset
-from factory.spec import load_spec
-from factory.train_core import eval_seed as rollout_seed
-from factory.train_core import evaluate
-from factory.train_eval import train_eval
-from factory.train_eval_config import TrainEvalConfig
+from demofactory.build.seed_dataset import write_seed_dataset
+from demofactory.cli.main import main
+from demofactory.errors import SpecError, UserError
+from demofactory.robustness.eval_physics import load_eval_physics, parse_eval_physics
+from demofactory.seeds.resolve import Resolved, resolve_spec
+from demofactory.specs.spec import load_spec
+from demofactory.train.config import TrainEvalConfig
+from demofactory.train.core import eval_seed as rollout_seed
+from demofactory.train.core import evaluate
+from demofactory.train.policy import make_obs_layout
+from demofactory.train.train_eval import train_eval
 
 SHIFTED = SPECS / "physics" / "shifted.yaml"
 FIXED_DRAW = {

@@ -1,4 +1,5 @@
-"""`shards.export_gr00t` on the tiny real datasets of test_exports: the GR00T LeRobot (v2.1)
+"""`demofactory.shards.export_gr00t` on the tiny real datasets of test_exports: the GR00T LeRobot
+(v2.1)
 layout read back file by file with json, pyarrow and PyAV (not with gr00t or lerobot)."""
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from demofactory.shards import DatasetError
+from demofactory.shards.export_gr00t import export_gr00t
+from demofactory.shards.export_lerobot import export_lerobot
 
-from shards import DatasetError
-from shards.export_gr00t import export_gr00t
-from shards.export_lerobot import export_lerobot
 from tests.test_exports import (
     ACTION_LAYOUT,
     CAMERAS,
@@ -281,7 +282,7 @@ def test_gr00t_refusals_write_nothing(dataset, tmp_path, call, message):  # noqa
 
 
 def test_gr00t_export_through_the_cli(dataset, tmp_path, capsys):  # noqa: F811
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     out = tmp_path / "gr00t"
     argv = ["export", str(dataset[0]), "--to", "gr00t", str(out), "--embodiment", "oxe_droid"]
@@ -302,7 +303,7 @@ def test_gr00t_unknown_embodiment_is_one_line_exit_2(dataset, tmp_path):  # noqa
     out = tmp_path / "gr00t"
     argv = ["export", str(dataset[0]), "--to", "gr00t", str(out), "--embodiment", "panda_lift"]
     done = subprocess.run(
-        [sys.executable, "-m", "factory.cli", *argv], capture_output=True, text=True
+        [sys.executable, "-m", "demofactory.cli.main", *argv], capture_output=True, text=True
     )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()

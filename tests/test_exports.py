@@ -1,4 +1,5 @@
-"""`shards.export_lerobot` and `shards.export_robomimic` on tiny real datasets: shards written with
+"""`demofactory.shards.export_lerobot` and `demofactory.shards.export_robomimic` on tiny real
+datasets: shards written with
 the writer, exports read back with pyarrow, PyAV and h5py (not with lerobot or robomimic)."""
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from demofactory.shards import DatasetError, Episode, load_stats, shards_dir
+from demofactory.shards.dataset import write_dataset
+from demofactory.shards.export_lerobot import export_lerobot
+from demofactory.shards.export_robomimic import export_robomimic
 from PIL import Image
-
-from shards import DatasetError, Episode, load_stats, shards_dir
-from shards.dataset import write_dataset
-from shards.export_lerobot import export_lerobot
-from shards.export_robomimic import export_robomimic
 
 FPS = 10
 CAMERAS = {

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from demofactory.build.failures import KEEP_PER_SHARD, load_failures
 from PIL import Image
 
-from factory.failures import KEEP_PER_SHARD, load_failures
 from tests.conftest import write_spec
 
 pytestmark = [pytest.mark.sim, pytest.mark.ray]
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.sim, pytest.mark.ray]
 
 def _factory(cwd: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "factory.cli", *map(str, args)],
+        [sys.executable, "-m", "demofactory.cli.main", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -33,7 +33,7 @@ def failing_dataset(tmp_path_factory, ray_cluster) -> Path:
     """Lift, physics only, with so much action noise and so short a horizon that attempts fail.
 
     Run in this process on the session's Ray cluster: a process and a Ray start fewer."""
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     root = tmp_path_factory.mktemp("failing")
     spec = write_spec(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from demofactory.simulation.fast_step import FastStepper, Unsupported
+from demofactory.simulation.scene import Scene
+from demofactory.specs.spec import load_spec
 
-from factory.fast_step import FastStepper, Unsupported
-from factory.sim import Scene
-from factory.spec import load_spec
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.sim
@@ -86,16 +86,17 @@ def test_scenes_use_it_unless_the_spec_says_otherwise():
 
 @pytest.mark.parametrize("robot", ["Sawyer", "IIWA", "UR5e", "Kinova3", "Jaco"])
 def test_every_robot_steps_fast(robot):
-    # factory.robots.supported_robots() but the Panda (above): each arm's controller and gripper.
+    # demofactory.robots.support.supported_robots() but the Panda (above): each arm's controller and
+    # gripper.
     # Every one takes the fast path since the factory repairs the Robotiq 85 (UR5e, Kinova3;
-    # factory.gripper_fixes) and IIWA's controller frame (factory.arm_fixes).
+    # demofactory.robots.gripper_fixes) and IIWA's controller frame (demofactory.robots.arm_fixes).
     scene = Scene(load_spec(SPECS / "lift_lowdim.yaml", {"task.robot": robot}))
     assert scene.fast_control and scene.fast_control_note == "", scene.fast_control_note
     fast = FastStepper(scene.env)
     rng = np.random.default_rng(1)
     actions = rng.uniform(-1, 1, (6, 7))
     # The hand closes, then opens (the Robotiq 85 of UR5e and Kinova3 did not survive that
-    # before factory.gripper_fixes closed its linkage).
+    # before demofactory.robots.gripper_fixes closed its linkage).
     actions[:, 6] = 1.0
     actions[4:, 6] = -1.0
     for action in actions[:2]:  # past robosuite's cached first step after a reset
@@ -106,7 +107,7 @@ def test_every_robot_steps_fast(robot):
 
 
 def test_the_compiled_substeps_are_the_python_loop_bit_for_bit(monkeypatch):
-    from factory import fast_step
+    from demofactory.simulation import fast_step
 
     assert fast_step._c_api() is not None  # the mujoco wheel ships the library it loaded
     scene = Scene(load_spec(SPECS / "stack_lowdim.yaml"))
@@ -142,9 +143,8 @@ def test_the_compiled_substeps_are_the_python_loop_bit_for_bit(monkeypatch):
 def test_the_compiled_goal_is_robosuites():
     """`arm_goal` against robosuite's own helpers (scale_action, axisangle2quat, quat2mat) and
     its frames, on random actions, sites and base frames; its quat2mat bit for bit."""
+    from demofactory.simulation.fast_step import _quat_to_mat32, arm_goal
     from robosuite.utils import transform_utils as T
-
-    from factory.fast_step import _quat_to_mat32, arm_goal
 
     rng = np.random.default_rng(4)
     for q in rng.standard_normal((500, 4)) * rng.choice([1e-4, 1.0, 30.0], (500, 1)):

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from demofactory.generators.mimicgen import (
+    AttemptPlan,
+    attempt_seed,
+    generate_attempt,
+    sample_placement,
+)
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.spec import PlacementRange, PlacementSpec, load_spec
 
-from factory.resolve import resolve_spec
-from factory.spec import PlacementRange, PlacementSpec, load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt, sample_placement
 from tests.conftest import SPECS
 
 

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from demofactory.generators.mimicgen import (
+    AttemptPlan,
+    attempt_seed,
+    generate_attempt,
+    pose_distance,
+)
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.adapters import mimicgen_params
+from demofactory.specs.spec import load_spec
 
-from factory.adapters import mimicgen_params
-from factory.resolve import resolve_spec
-from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt, pose_distance
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.sim
@@ -123,7 +128,7 @@ def test_nearest_k2_draws_among_the_two_nearest_only(lift):
 
 
 def _placement(lift, knobs):
-    from generators.mimicgen import sample_placement
+    from demofactory.generators.mimicgen import sample_placement
 
     params = mimicgen_params(load_spec(SPECS / "lift.yaml", {"cameras": [], **knobs}))
     start = {"cube": lift.demos[0].object_poses["cube"][0][:2, 3]}

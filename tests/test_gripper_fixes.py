@@ -1,4 +1,5 @@
-"""The Robotiq 85 repair (factory.gripper_fixes): its finger linkage holds through close/open cycles
+"""The Robotiq 85 repair (demofactory.robots.gripper_fixes): its finger linkage holds through
+close/open cycles
 in a real UR5e scene, where robosuite 1.5.2's own model comes apart (robosuite#772)."""
 
 from __future__ import annotations
@@ -6,10 +7,10 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from demofactory.robots.gripper_sign import pad_gap
+from demofactory.simulation.scene import Scene
+from demofactory.specs.spec import load_spec
 
-from factory.gripper_sign import pad_gap
-from factory.sim import Scene
-from factory.spec import load_spec
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.sim

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.specs.adapters import mimicgen_params
+from demofactory.specs.spec import load_spec
 
-from factory.adapters import mimicgen_params
-from factory.resolve import resolve_spec
-from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.sim

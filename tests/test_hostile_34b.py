@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from demofactory.cli.main import main
+from demofactory.specs.spec import load_raw_spec
 
-from factory.cli import main
-from factory.spec import load_raw_spec
 from tests.conftest import REPO, SPECS, write_spec
 from tests.test_preview import make_dataset
 
 
 def _factory(*args, cwd: Path = REPO, env: dict | None = None, **kwargs):
     return subprocess.run(
-        [sys.executable, "-m", "factory.cli", *map(str, args)],
+        [sys.executable, "-m", "demofactory.cli.main", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -113,7 +113,7 @@ def test_a_predicate_nested_5000_deep_is_one_line(tmp_path, capsys, field, combi
 
 
 def test_a_predicate_32_deep_still_parses(tmp_path, capsys):
-    from generators.predicates import parse_predicate
+    from demofactory.generators.predicates import parse_predicate
 
     text = "not(" * 31 + "lifted(cube)" + ")" * 31
     assert parse_predicate(text).name == "not"
@@ -157,9 +157,8 @@ def test_a_scene_camera_named_like_the_arenas_is_one_line(tmp_path, capsys, name
 
 
 def test_the_arena_camera_list_is_robosuites():
+    from demofactory.specs.scene import ARENA_CAMERAS
     from robosuite.models.arenas import TableArena
-
-    from factory.scene_spec import ARENA_CAMERAS
 
     cameras = {c.get("name") for c in TableArena().worldbody.iter("camera")}
     assert set(ARENA_CAMERAS) == cameras
@@ -175,7 +174,15 @@ def test_collect_without_a_display_is_one_line(tmp_path, display):
         env["DISPLAY"] = display  # a display nobody serves
     out = tmp_path / "demo.hdf5"
     result = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "collect", SPECS / "lift.yaml", "--out", out],
+        [
+            sys.executable,
+            "-m",
+            "demofactory.cli.main",
+            "collect",
+            SPECS / "lift.yaml",
+            "--out",
+            out,
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -265,7 +272,7 @@ def test_sigterm_exits_143_saying_what_the_command_keeps(tmp_path, case):
     out = str(tmp_path / "out")
     argv = [a.replace("DS", str(data)).replace("SPEC", str(spec)).replace("OUT", out) for a in argv]
     process = subprocess.Popen(
-        [sys.executable, "-m", "factory.cli", *argv],
+        [sys.executable, "-m", "demofactory.cli.main", *argv],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -357,7 +364,7 @@ def _descendants(pid: int) -> list[tuple[int, str]]:
 @pytest.mark.ray  # the subprocess starts a local Ray cluster
 def test_sigterm_while_ray_starts_exits_143(tiny_lift_spec, tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "factory.cli", "run", str(tiny_lift_spec), "--out",
+        [sys.executable, "-m", "demofactory.cli.main", "run", str(tiny_lift_spec), "--out",
          str(tmp_path / "out"), "--workers", "1", "--no-progress"],
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -3,7 +3,8 @@ corrupt gets through.
 
 Every case drives the real `factory` command on real files, with the real lock: in a subprocess
 where the process itself is under test (its exit code, stderr, signals, working directory, its own
-Ray), else through `factory.cli.main` in this process on the session's Ray cluster (`factory_here`),
+Ray), else through `demofactory.cli.main.main` in this process on the session's Ray cluster
+(`factory_here`),
 which is the same code without a Python start and a Ray start per call. Bad input ends in exactly
 one `error: ` line (file, field, what was expected), exit code 2, no traceback, and nothing already
 written is lost. Every new bad-input report becomes a case here.
@@ -75,8 +76,8 @@ def built(tiny_lift_spec, lift_dataset) -> tuple[Path, Path]:
 
 @pytest.fixture
 def factory_here(ray_cluster, capfd, monkeypatch):
-    """`factory ARGS` run by `factory.cli.main` in this process, as a CompletedProcess."""
-    from factory.cli import main
+    """`factory ARGS` run by `demofactory.cli.main.main` in this process, as a CompletedProcess."""
+    from demofactory.cli.main import main
 
     def run(cwd: Path, *args) -> subprocess.CompletedProcess:
         argv = [str(a) for a in args]
@@ -188,7 +189,7 @@ def test_the_directory_is_judged_under_the_lock(built, tmp_path):
     other = tiny_spec(tmp_path, "other.yaml", mutate=lambda raw: raw.update(name="other", seed=7))
     out = tmp_path / "out"
     process = subprocess.Popen(
-        [sys.executable, "-m", "factory.cli", "run", str(other), "--out", str(out), *RUN],
+        [sys.executable, "-m", "demofactory.cli.main", "run", str(other), "--out", str(out), *RUN],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -233,7 +234,7 @@ def test_gpus_on_a_local_cluster_without_gpu_is_refused(tmp_path):
         if k not in ("RAY_ADDRESS", "DEMOFACTORY_GPUS_PER_WORKER")
     }
     result = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "run", str(spec), "--out", "out", *RUN],
+        [sys.executable, "-m", "demofactory.cli.main", "run", str(spec), "--out", "out", *RUN],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -248,7 +249,7 @@ def test_gpus_on_a_local_cluster_without_gpu_is_refused(tmp_path):
 
 @pytest.mark.ray  # a Ray cluster of its own
 def test_gpus_on_a_remote_cluster_without_gpu_give_up_in_stated_time(tmp_path):
-    from cluster.local import LocalCluster, driver_env
+    from demofactory.cluster.local import LocalCluster, driver_env
 
     spec = tiny_spec(tmp_path, mutate=lambda raw: raw.update(render={"gpus_per_worker": 1}))
     env = {
@@ -261,7 +262,7 @@ def test_gpus_on_a_remote_cluster_without_gpu_give_up_in_stated_time(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "factory.cli",
+                "demofactory.cli.main",
                 "run",
                 str(spec),
                 "--out",
@@ -322,8 +323,8 @@ def test_readers_refuse_a_damaged_shard(corrupt, tmp_path, command):
 
 
 def test_the_streaming_loader_refuses_a_damaged_shard(corrupt):
-    from shards import DatasetError
-    from shards.loader import make_loader
+    from demofactory.shards import DatasetError
+    from demofactory.shards.loader import make_loader
 
     data, shard = corrupt
     with pytest.raises(DatasetError, match=f"{shard}: sha256 does not match manifest.json"):
@@ -569,7 +570,7 @@ def test_sigterm_is_a_clean_interrupt(built, tmp_path):
         [
             sys.executable,
             "-m",
-            "factory.cli",
+            "demofactory.cli.main",
             "run",
             str(spec),
             "--out",

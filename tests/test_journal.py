@@ -1,4 +1,5 @@
-"""The commit journal (shards.journal) and the driver's recorder on it (factory.recorder): a
+"""The commit journal (demofactory.shards.journal) and the driver's recorder on it
+(demofactory.build.recorder): a
 shard counts once its line is written, readers apply the journal, a torn last line is ignored,
 and a run killed and resumed writes the bytes of a run that was not."""
 
@@ -8,15 +9,14 @@ import errno
 import json
 from pathlib import Path
 
+import demofactory.shards.journal as journal_module
 import numpy as np
 import pytest
-
-import shards.journal as journal_module
-from factory.errors import DatasetWriteError
-from factory.output_dir import clear_dataset, load_generation, repair_records
-from factory.recorder import DatasetRecorder
-from factory.shard_records import ShardResult, ShardTask
-from shards import (
+from demofactory.build.output_dir import clear_dataset, load_generation, repair_records
+from demofactory.build.recorder import DatasetRecorder
+from demofactory.build.records import ShardResult, ShardTask
+from demofactory.errors import DatasetWriteError
+from demofactory.shards import (
     DatasetError,
     Episode,
     EpisodeRecord,
@@ -26,9 +26,9 @@ from shards import (
     shards_dir,
     write_shard,
 )
-from shards.journal import JOURNAL_FILENAME, JournalWriter, read_journal
-from shards.partial_stats import merge_all, partial_stats, to_bytes
-from shards.running_stats import merge_parts
+from demofactory.shards.journal import JOURNAL_FILENAME, JournalWriter, read_journal
+from demofactory.shards.partial_stats import merge_all, partial_stats, to_bytes
+from demofactory.shards.running_stats import merge_parts
 
 FILES = ("manifest.json", "generation.json", "episodes.jsonl", "stats.json")
 

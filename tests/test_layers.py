@@ -43,7 +43,8 @@ def folder_of(module: str) -> str:
 
 
 def import_name(dotted: str) -> str:
-    """A folder-based dotted name (`factory.spec`) as it is imported (the same, unless mapped)."""
+    """A folder-based dotted name (`demofactory.specs.spec`) as it is imported (the same, unless
+    mapped)."""
     top, _, rest = dotted.partition(".")
     for name, folder in sorted(PACKAGE_DIR.items(), key=lambda kv: len(kv[0])):
         if folder == top:
@@ -62,7 +63,16 @@ ALLOWED = {
 
 # factory/'s stages (its subpackages) -> the stages each may import (the top: errors, _gl,
 # always). Filled by tools/relayout.py when factory/ is split into subpackages; empty before.
-STAGE_ALLOWED: dict[str, set[str]] = {}
+STAGE_ALLOWED: dict[str, set[str]] = {
+    "specs": set(),
+    "robots": {"specs"},
+    "simulation": {"robots", "specs"},
+    "seeds": {"robots", "simulation", "specs"},
+    "robustness": {"build", "robots", "seeds", "simulation", "specs"},
+    "build": {"robots", "robustness", "seeds", "simulation", "specs"},
+    "train": {"build", "robots", "robustness", "seeds", "simulation", "specs"},
+    "cli": {"build", "robots", "robustness", "seeds", "simulation", "specs", "train"},
+}
 
 
 def imported_modules(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
@@ -126,31 +136,31 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
     source = tmp_path / "generators" / "probe.py"
     source.parent.mkdir()
     source.write_text(
-        "import factory.spec\n"
+        "import demofactory.specs.spec\n"
         "from factory import cli\n"
         "def f():\n"
-        "    from factory.errors import UserError\n"
+        "    from demofactory.errors import UserError\n"
         "    import importlib\n"
-        "    importlib.import_module('factory.pipeline')\n"
-        "    __import__('cluster.runner')\n"
+        "    importlib.import_module('demofactory.build.pipeline')\n"
+        "    __import__('demofactory.cluster.runner')\n"
         "from . import mimicgen\n"
         "from .. import factory\n"
     )
     assert imported_modules(source, tmp_path) == [
-        (1, "factory.spec"),
+        (1, "demofactory.specs.spec"),
         (2, "factory"),
-        (4, "factory.errors"),
+        (4, "demofactory.errors"),
         (5, "importlib"),
-        (6, "factory.pipeline"),
-        (7, "cluster.runner"),
+        (6, "demofactory.build.pipeline"),
+        (7, "demofactory.cluster.runner"),
         (8, "generators.mimicgen"),  # relayout: keep (a relative import: folder-based)
         (9, "factory"),
     ]
 
 
 def test_the_robosuite_scene_has_what_the_generators_scene_protocol_lists():
-    from factory.sim import Scene as RobosuiteScene
-    from generators.scene_api import Scene
+    from demofactory.generators.scene_api import Scene
+    from demofactory.simulation.scene import Scene as RobosuiteScene
 
     members = {
         name
@@ -159,7 +169,10 @@ def test_the_robosuite_scene_has_what_the_generators_scene_protocol_lists():
     }
     assert {"reset_to", "step", "holds", "snapshot", "restore"} <= members
     missing = sorted(name for name in members if not hasattr(RobosuiteScene, name))
-    assert not missing, f"factory.sim.Scene lacks {missing} of generators.scene_api.Scene"
+    assert not missing, (
+        f"demofactory.simulation.scene.Scene lacks {missing} of "
+        f"demofactory.generators.scene_api.Scene"
+    )
 
 
 def module_graph(
@@ -167,7 +180,7 @@ def module_graph(
 ) -> dict[str, dict[str, int]]:
     """module -> {module it imports: first line}, over the project's modules only. An import of
     `a.b.c` counts as one of the longest importable prefix (`from factory import cli` is
-    `factory.cli` when that is a module, else `factory`, the package's __init__)."""
+    `demofactory.cli.main` when that is a module, else `factory`, the package's __init__)."""
     files = {}
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):

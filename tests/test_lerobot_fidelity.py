@@ -14,20 +14,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from PIL import Image
-
-from shards import Episode
-from shards.dataset import write_dataset
-from shards.export_lerobot import export_lerobot
-from shards.format import encode_depth_png, encode_segmentation_png
-from shards.lerobot_stats import (
+from demofactory.shards import Episode
+from demofactory.shards.dataset import write_dataset
+from demofactory.shards.export_lerobot import export_lerobot
+from demofactory.shards.format import encode_depth_png, encode_segmentation_png
+from demofactory.shards.lerobot_stats import (
     QUANTILE_KEYS,
     QUANTILES,
     STAT_KEYS,
     aggregate_stats,
     feature_stats,
 )
-from shards.metadata import camera_entry
+from demofactory.shards.metadata import camera_entry
+from PIL import Image
+
 from tests.test_exports import (
     ACTION_LAYOUT,
     CAMERAS,

@@ -8,11 +8,11 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from demofactory.generators.mimicgen import sample_placement
+from demofactory.specs.language import episode_language
+from demofactory.specs.scene import PALETTES
+from demofactory.specs.spec import load_spec
 
-from factory.language import episode_language
-from factory.scene_spec import PALETTES
-from factory.spec import load_spec
-from generators.mimicgen import sample_placement
 from tests.conftest import SPECS
 
 LIFT_COLOUR = SPECS / "lift_colour.yaml"
@@ -49,7 +49,7 @@ def test_positions_say_nothing_about_which_cube_is_named():
         regions.add(tuple(region))
     assert len(regions) == 1, regions  # one region of the table for all three cubes
     # And the draws generation makes: the target is left, middle or right equally often.
-    from factory.adapters import placement_params
+    from demofactory.specs.adapters import placement_params
 
     params = placement_params(spec.placement)
     start = {cube: np.array([sum(spec.scene.objects[cube].placement.x) / 2, 0.0]) for cube in CUBES}
@@ -67,8 +67,8 @@ def test_positions_say_nothing_about_which_cube_is_named():
 
 @pytest.mark.sim
 def test_success_needs_the_named_cube_up_and_only_it():
-    from factory.script import make_scene
-    from factory.sim import Placement
+    from demofactory.seeds.script import make_scene
+    from demofactory.simulation.scene import Placement
 
     scene = make_scene(load_spec(LIFT_COLOUR))
     scene.reset_to(None, Placement({}))

@@ -16,10 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from torch.utils.data import DataLoader
-
-from shards import (
+from demofactory.shards import (
     DatasetError,
     Episode,
     load_manifest,
@@ -28,8 +25,8 @@ from shards import (
     shards_dir,
     tario,
 )
-from shards.dataset import write_dataset
-from shards.loader import (
+from demofactory.shards.dataset import write_dataset
+from demofactory.shards.loader import (
     Normalizer,
     RawEpisode,
     RawSample,
@@ -41,8 +38,10 @@ from shards.loader import (
     load_npy,
     make_loader,
 )
-from shards.stages import _jpeg_components
-from shards.tario import iter_tar
+from demofactory.shards.stages import _jpeg_components
+from demofactory.shards.tario import iter_tar
+from PIL import Image
+from torch.utils.data import DataLoader
 
 HEIGHT, WIDTH = 12, 20  # not square, so a transposed image would show
 CAMERAS = ("wrist", "agentview")  # not sorted: the loader keeps dataset_info's order
@@ -347,7 +346,7 @@ def test_a_damaged_shard_is_refused_before_it_is_read(dataset, tmp_path) -> None
 
 def test_a_shard_with_a_corrupt_header_raises(dataset, tmp_path) -> None:
     # Python's tarfile would end the tar quietly at this header and drop episode 2 whole;
-    # shards.tario checks every header's checksum.
+    # demofactory.shards.tario checks every header's checksum.
     copy = tmp_path / "copy"
     shutil.copytree(dataset.path, copy)
     path = shards_dir(copy) / "shard-000000.tar"
@@ -395,7 +394,7 @@ def test_bad_arguments_are_named(dataset) -> None:
     assert isinstance(make_loader("/nonexistent/a.tar", normalization="none"), ShardDataset)
 
 
-# ---------------------------------------------------------------- shards.tario
+# ---------------------------------------------------------------- demofactory.shards.tario
 
 
 class _Trickle:
@@ -484,7 +483,8 @@ def test_tar_reader_reads_write_shard_output_without_extension_headers(
     # write_shard asks for PAX, but its short ASCII names need no extension header: every
     # member is a plain ustar header.
     monkeypatch.setattr(
-        "shards.tario._extend", lambda *args: pytest.fail("an extension header in a shard")
+        "demofactory.shards.tario._extend",
+        lambda *args: pytest.fail("an extension header in a shard"),
     )
     for shard in (0, 2, 4):  # shard 4 is an empty tar
         path = dataset.shard(shard)
@@ -652,7 +652,7 @@ def test_the_fast_jpeg_path_gives_pils_pixels(options) -> None:
 def test_make_loader_takes_loader_config_fields_with_their_defaults_and_documents_each():
     import inspect
 
-    from shards.loader import LoaderConfig
+    from demofactory.shards.loader import LoaderConfig
 
     params = inspect.signature(make_loader).parameters
     fields = {f.name: f for f in dataclasses.fields(LoaderConfig)}

@@ -5,7 +5,8 @@ dataset.
 Each case runs twice: on a copy of the session's small Lift dataset (tests/conftest.py: two
 shards of one attempt, one 32x32 camera) in a folder, and on the same files put in a real
 S3-compatible server on loopback (moto over HTTP, s3fs). Every command is the real CLI
-(`factory.cli.main`, on the session's Ray cluster); the concurrent readers are a real subprocess
+(`demofactory.cli.main.main`, on the session's Ray cluster); the concurrent readers are a real
+subprocess
 running the real CLI and loader in a loop.
 """
 
@@ -24,12 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from factory.cli import main
-from shards import DatasetError, load_manifest
-from shards.loader import make_loader
-from shards.snapshot import reading
-from shards.store import Store
+from demofactory.cli.main import main
+from demofactory.shards import DatasetError, load_manifest
+from demofactory.shards.loader import make_loader
+from demofactory.shards.snapshot import reading
+from demofactory.shards.store import Store
 
 pytestmark = [pytest.mark.sim, pytest.mark.ray, pytest.mark.slow]
 
@@ -179,8 +179,8 @@ _READERS = textwrap.dedent(
     """
     import contextlib, io, json, sys
     from pathlib import Path
-    from factory.cli import main
-    from shards.loader import make_loader
+    from demofactory.cli.main import main
+    from demofactory.shards.loader import make_loader
 
     url, stop, log = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 

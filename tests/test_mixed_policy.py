@@ -1,4 +1,4 @@
-"""`factory train-eval` on a mixed-robot dataset (factory.train_eval_mixed): each robot's
+"""`factory train-eval` on a mixed-robot dataset (demofactory.train.mixed): each robot's
 observations normalized with its own statistics, a robot's live observation padded and tagged as
 its stored steps were. The run on a real Panda + Sawyer shard is in tests/test_mixed_robots.py,
 which builds that shard once for its module."""
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from factory.train_eval_mixed import EmbodimentPolicy, OnRobot
+from demofactory.train.mixed import EmbodimentPolicy, OnRobot
 
 
 def _policy() -> EmbodimentPolicy:

@@ -1,5 +1,7 @@
-"""Mixed-robot datasets (`task.robots`, factory.embodiments) and each gripper's closing sign
-(factory.gripper_sign): the robot of each attempt, the spec's checks, and one real shard of Panda
+"""Mixed-robot datasets (`task.robots`, demofactory.robots.embodiments) and each gripper's closing
+sign
+(demofactory.robots.gripper_sign): the robot of each attempt, the spec's checks, and one real shard
+of Panda
 and Sawyer attempts carried through stats.json, the loader and the contact sheet."""
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import SPECS, write_spec
-
-from factory.embodiments import GOLDEN, robot_for_attempt, robot_shares
-from factory.errors import SpecError
-from factory.spec import load_spec
+from demofactory.errors import SpecError
+from demofactory.robots.embodiments import GOLDEN, robot_for_attempt, robot_shares
+from demofactory.specs.spec import load_spec
 
 MIXED_EXAMPLE = ("Panda", "Sawyer", "IIWA")  # scene_specs/mixed/lift_mixed.yaml
 PANDA_SAWYER = [{"robot": "Panda", "share": 1}, {"robot": "Sawyer", "share": 1}]
@@ -93,7 +94,7 @@ def test_task_robot_null_takes_the_first_of_the_list_and_bools_are_bools(tmp_pat
 
 @pytest.mark.sim
 def test_an_unknown_robot_in_the_list_is_one_line_naming_its_index(tmp_path):
-    from factory.resolve import resolve_spec
+    from demofactory.seeds.resolve import resolve_spec
 
     robots = [{"robot": "Panda", "share": 1}, {"robot": "Baxter", "share": 1}]
     with pytest.raises(SpecError) as err:
@@ -107,8 +108,8 @@ def test_an_unknown_robot_in_the_list_is_one_line_naming_its_index(tmp_path):
 
 
 def test_a_hand_of_the_other_sign_gets_its_gripper_column_flipped():
-    from factory.cross_robot import flip_gripper
-    from generators.records import AnnotatedDemo, SeedDemo
+    from demofactory.generators.records import AnnotatedDemo, SeedDemo
+    from demofactory.seeds.cross_robot import flip_gripper
 
     actions = np.zeros((3, 7))
     actions[:, -1] = [-1.0, 1.0, 1.0]
@@ -130,8 +131,8 @@ def test_the_jaco_closes_on_plus_one_and_its_open_hand_reads_open(tmp_path):
     # robosuite's docstring says the Jaco's -1 opens, its code subtracts the command: measured at
     # the pads, +1 closes it. Its open hand's pads are ~3 cm apart at reset, where MuJoCo's
     # mj_geomDistance alone reads 0 for the index/thumb pair.
-    from factory.gripper_sign import measure_closing_sign, pad_gap
-    from factory.sim import Scene
+    from demofactory.robots.gripper_sign import measure_closing_sign, pad_gap
+    from demofactory.simulation.scene import Scene
 
     scene = Scene(load_spec(write_spec(tmp_path / "j.yaml", task={"robot": "Jaco"}, cameras=[])))
     assert scene.gripper_sign == 1 == measure_closing_sign(scene)
@@ -145,12 +146,12 @@ def test_the_jaco_closes_on_plus_one_and_its_open_hand_reads_open(tmp_path):
 def mixed_dataset(tmp_path_factory):
     """One shard of two attempts (attempt 0 on the Panda, 1 on the Sawyer), physics only,
     finished as `factory run` finishes a dataset (without Ray); and the resolved spec."""
-    from factory.mixed_worker import MixedShardWorker
-    from factory.recorder import DatasetRecorder
-    from factory.resolve import resolve_spec
-    from factory.run import dataset_info
-    from factory.shard_records import ShardTask
-    from shards import save_dataset_info, shards_dir
+    from demofactory.build.mixed_worker import MixedShardWorker
+    from demofactory.build.recorder import DatasetRecorder
+    from demofactory.build.records import ShardTask
+    from demofactory.build.run import dataset_info
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.shards import save_dataset_info, shards_dir
 
     root = tmp_path_factory.mktemp("mixed")
     spec = load_spec(
@@ -180,7 +181,7 @@ def mixed_dataset(tmp_path_factory):
 
 @pytest.mark.sim
 def test_a_mixed_shard_names_each_episodes_robot_everywhere(mixed_dataset):
-    from shards.tario import read_samples
+    from demofactory.shards.tario import read_samples
 
     out, result, resolved = mixed_dataset
     assert result.successes == 2, result.failures
@@ -190,7 +191,7 @@ def test_a_mixed_shard_names_each_episodes_robot_everywhere(mixed_dataset):
     assert result.robots == {"Panda": one_each, "Sawyer": one_each}
     generation = json.loads((out / "generation.json").read_text())
     assert [s["robots"] for s in generation["shards"].values()] == [result.robots]
-    from factory.report import format_summary, summarize
+    from demofactory.build.report import format_summary, summarize
 
     summary = summarize(out)
     assert summary["robots"]["Sawyer"] == {**one_each, "success_rate": 1.0}
@@ -215,8 +216,8 @@ def test_a_mixed_shard_names_each_episodes_robot_everywhere(mixed_dataset):
 
 @pytest.mark.sim
 def test_stats_per_embodiment_match_the_steps_of_each_robot(mixed_dataset):
-    from shards.embodiment_stats import _tar_parts, embodiment_stats
-    from shards.stats import _key_stats, load_stats
+    from demofactory.shards.embodiment_stats import _tar_parts, embodiment_stats
+    from demofactory.shards.stats import _key_stats, load_stats
 
     out, result, _ = mixed_dataset
     stats = load_stats(out)
@@ -234,7 +235,7 @@ def test_stats_per_embodiment_match_the_steps_of_each_robot(mixed_dataset):
 
 @pytest.mark.sim
 def test_the_loader_filters_one_robot_and_normalises_each_with_its_own(mixed_dataset):
-    from shards.loader import make_loader
+    from demofactory.shards.loader import make_loader
 
     out, result, _ = mixed_dataset
     lengths = {e.provenance["embodiment"]: e.length for e in result.episodes}
@@ -253,11 +254,11 @@ def test_the_loader_filters_one_robot_and_normalises_each_with_its_own(mixed_dat
 
 @pytest.mark.sim
 def test_train_eval_trains_one_policy_on_both_robots_and_rolls_out_on_each(mixed_dataset):
-    # The mixed path of `factory train-eval` (factory.train_eval_mixed), at toy size: the figures
+    # The mixed path of `factory train-eval` (demofactory.train.mixed), at toy size: the figures
     # are benchmarks/bench_mixed_policy.py's; here, which episodes train and where it rolls out.
-    from factory.errors import UserError
-    from factory.train_eval import train_eval
-    from factory.train_eval_config import TrainEvalConfig
+    from demofactory.errors import UserError
+    from demofactory.train.config import TrainEvalConfig
+    from demofactory.train.train_eval import train_eval
 
     out, result, resolved = mixed_dataset
     lengths = {e.provenance["embodiment"]: e.length for e in result.episodes}
@@ -280,8 +281,8 @@ def test_train_eval_trains_one_policy_on_both_robots_and_rolls_out_on_each(mixed
 
 @pytest.mark.sim
 def test_the_contact_sheet_shows_each_robots_rows(mixed_dataset):
-    from factory.contact_sheet import sheet_records
-    from shards import load_episodes
+    from demofactory.build.contact_sheet import sheet_records
+    from demofactory.shards import load_episodes
 
     out, _, _ = mixed_dataset
     records = load_episodes(out)
@@ -292,9 +293,9 @@ def test_the_contact_sheet_shows_each_robots_rows(mixed_dataset):
 
 @pytest.mark.sim
 def test_exports_carry_the_robots_and_robomimic_refuses_a_mix(mixed_dataset, tmp_path):
-    from shards.export_gr00t import export_gr00t
-    from shards.export_robomimic import export_robomimic
-    from shards.format import ExportError
+    from demofactory.shards.export_gr00t import export_gr00t
+    from demofactory.shards.export_robomimic import export_robomimic
+    from demofactory.shards.format import ExportError
 
     out, _, _ = mixed_dataset
     export_gr00t(out, tmp_path / "gr00t")
@@ -307,8 +308,8 @@ def test_exports_carry_the_robots_and_robomimic_refuses_a_mix(mixed_dataset, tmp
 
 
 def test_a_mixed_spec_gets_a_worker_per_robot_built_on_need(tmp_path):
-    from factory.mixed_worker import MixedShardWorker
-    from factory.worker_factory import ShardWorkerFactory
+    from demofactory.build.mixed_worker import MixedShardWorker
+    from demofactory.build.worker_factory import ShardWorkerFactory
 
     spec = load_spec(write_spec(tmp_path / "m.yaml", task={"robots": PANDA_SAWYER}))
     worker = ShardWorkerFactory(spec)()
@@ -316,9 +317,9 @@ def test_a_mixed_spec_gets_a_worker_per_robot_built_on_need(tmp_path):
 
 
 def test_both_shard_layouts_give_the_embodiment_in_every_steps_meta():
-    from shards.format import Episode
-    from shards.shard_layout import episode_members, expand_members
-    from shards.writer import _shard_members
+    from demofactory.shards.format import Episode
+    from demofactory.shards.shard_layout import episode_members, expand_members
+    from demofactory.shards.writer import _shard_members
 
     ep = Episode(
         index=3, shard=0, instruction="x", seed=5, actions=np.zeros((4, 7)),
@@ -333,12 +334,12 @@ def test_both_shard_layouts_give_the_embodiment_in_every_steps_meta():
 
 @pytest.mark.sim
 def test_validate_names_every_robot_and_each_ones_control_path(capsys):
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     assert main(["validate", str(SPECS / "mixed/lift_mixed_lowdim.yaml")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "(Lift, Panda+Sawyer)" in lines[0] and "control: per robot, below" in lines[0]
     assert lines[1:3] == [
-        "  Panda: control: fast (factory.fast_step)",
-        "  Sawyer: control: fast (factory.fast_step)",
+        "  Panda: control: fast (demofactory.simulation.fast_step)",
+        "  Sawyer: control: fast (demofactory.simulation.fast_step)",
     ]

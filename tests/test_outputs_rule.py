@@ -1,4 +1,5 @@
-"""The one output rule (factory/outputs.py, docs/outputs.md), through the real CLI on real files:
+"""The one output rule (factory/build/outputs.py, docs/outputs.md), through the real CLI on real
+files:
 never inside a dataset, never over a file without --force, never two outputs on one path, never
 an input, a URL refused in one line where the store is not supported. Each refusal: one
 `error:` line naming the path and the flag, exit 2, nothing written, nothing lost.
@@ -13,8 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
+from demofactory.cli.main import main
 
-from factory.cli import main
 from tests.conftest import SPECS
 from tests.test_exports import make_dataset as make_exportable
 from tests.test_preview import make_dataset
@@ -286,7 +287,8 @@ def test_a_malformed_run_out_url_is_one_line(tmp_path, monkeypatch, capsys, url)
 
 
 def test_a_url_in_output_dir_is_normalized_like_out(tmp_path):
-    from factory.spec import load_spec
+    from demofactory.specs.spec import load_spec
+
     from tests.conftest import write_spec
 
     spec = write_spec(tmp_path / "s.yaml", output={"dir": "S3://bkt//a/./b/"})

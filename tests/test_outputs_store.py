@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from demofactory.cli.main import main
+from demofactory.shards.remote import local_copy_dir
+from demofactory.shards.store import Store
 
-from factory.cli import main
-from shards.remote import local_copy_dir
-from shards.store import Store
 from tests.conftest import REPO
 from tests.test_loader import build_dataset
 
@@ -45,7 +45,8 @@ def test_a_double_slash_url_is_the_same_dataset_and_copy(s3_env, tmp_path, capsy
     capsys.readouterr()
     assert main(["verify", f"s3://{bucket}/lo"]) == 0
     single = capsys.readouterr().out
-    # Readers read a private snapshot (shards.snapshot), never a driver's local copy: the
+    # Readers read a private snapshot (demofactory.shards.snapshot), never a driver's local copy:
+    # the
     # double slash neither makes a second copy nor mangles one (`hards/`).
     copy = local_copy_dir(f"s3://{bucket}/lo")
     listing = lambda: sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))  # noqa: E731
@@ -95,7 +96,7 @@ def test_verify_against_a_dead_endpoint_fails_in_seconds_in_one_line(s3_env, tmp
     try:
         # The timeout is the promise (seconds, not the 300 s a writer waits): a hang fails here.
         result = subprocess.run(
-            [sys.executable, "-m", "factory.cli", "verify", f"s3://{bucket}/ds"],
+            [sys.executable, "-m", "demofactory.cli.main", "verify", f"s3://{bucket}/ds"],
             capture_output=True,
             text=True,
             env=env,

@@ -1,4 +1,5 @@
-"""Mergeable statistics (shards.partial_stats): exact, order-independent, quantiles within the
+"""Mergeable statistics (demofactory.shards.partial_stats): exact, order-independent, quantiles
+within the
 stated bound of numpy's exact ones."""
 
 from __future__ import annotations
@@ -8,9 +9,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-
-from shards.format import DatasetError
-from shards.partial_stats import (
+from demofactory.shards.format import DatasetError
+from demofactory.shards.partial_stats import (
     MIN_WIDTH,
     QUANTILE_ERROR_OF_RANGE,
     from_bytes,

@@ -1,4 +1,5 @@
-"""Physics randomization (factory/physics.py): draws from the seed, exact undo, re-simulation.
+"""Physics randomization (factory/simulation/physics.py): draws from the seed, exact undo,
+re-simulation.
 
 The scene tests run a real Lift env (no cameras) under a spec that extends lift_lowdim.yaml with
 a `physics:` section.
@@ -15,15 +16,15 @@ import mujoco
 import numpy as np
 import pytest
 import yaml
+from demofactory.build.pipeline import ShardWorker
+from demofactory.build.records import ShardTask
+from demofactory.generators.mimicgen import attempt_seed, sample_placement
+from demofactory.generators.scene_api import Placement
+from demofactory.simulation.physics import PhysicsDraw, draw_physics, physics_rng
+from demofactory.simulation.resimulate import resimulate
+from demofactory.specs.adapters import placement_params
+from demofactory.specs.spec import load_spec
 
-from factory.adapters import placement_params
-from factory.physics import PhysicsDraw, draw_physics, physics_rng
-from factory.pipeline import ShardWorker
-from factory.resimulate import resimulate
-from factory.shard_records import ShardTask
-from factory.spec import load_spec
-from generators.mimicgen import attempt_seed, sample_placement
-from generators.scene_api import Placement
 from tests.conftest import REPO, SPECS
 
 PHYSICS = {
@@ -85,7 +86,7 @@ def test_a_fixed_value_draws_itself(tmp_path):
     ],
 )
 def test_bad_ranges_name_the_field(tmp_path, physics, field, expected):
-    from factory.errors import SpecError
+    from demofactory.errors import SpecError
 
     with pytest.raises(SpecError) as err:
         load_spec(physics_spec_file(tmp_path, physics))
@@ -95,7 +96,7 @@ def test_bad_ranges_name_the_field(tmp_path, physics, field, expected):
 # --- in a real scene -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
-    from factory.resolve import resolve_spec
+    from demofactory.seeds.resolve import resolve_spec
 
     return resolve_spec(load_spec(physics_spec_file(tmp_path_factory.mktemp("physics"))))
 
@@ -230,7 +231,7 @@ def test_validate_refuses_a_bad_range_in_one_line(tmp_path):
     spec = physics_spec_file(tmp_path, {"mass": {"cube": [-0.5, 1.2]}})
     before = sorted(p.name for p in tmp_path.iterdir())
     result = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "validate", str(spec)],
+        [sys.executable, "-m", "demofactory.cli.main", "validate", str(spec)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -254,8 +255,8 @@ def test_validate_refuses_a_bad_range_in_one_line(tmp_path):
     ],
 )
 def test_unknown_targets_name_the_field_and_the_choices(scene, physics, field, expected):
-    from factory.errors import SpecError
-    from factory.spec import PhysicsSpec
+    from demofactory.errors import SpecError
+    from demofactory.specs.spec import PhysicsSpec
 
     with pytest.raises(SpecError) as err:
         scene.scene.physics.model_physics.targets.check(PhysicsSpec(**physics))

@@ -1,11 +1,11 @@
-"""Tests for generators.poses: hand-computed poses, round trips, and seeded random cases."""
+"""Tests for demofactory.generators.poses: hand-computed poses, round trips, and seeded random
+cases."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from generators.poses import (
+from demofactory.generators.poses import (
     CONTINUOUS_SYMMETRY_STEPS,
     add_action_noise,
     axis_angle_to_mat,
@@ -432,7 +432,7 @@ def test_transit_over_rises_crosses_and_descends():
 
 
 def test_disturbed_names_moved_or_tipped_objects_but_not_the_exempt():
-    from generators.mimicgen import disturbed
+    from demofactory.generators.mimicgen import disturbed
 
     tipped = np.eye(4)
     tipped[:3, :3] = [[1, 0, 0], [0, np.cos(0.5), -np.sin(0.5)], [0, np.sin(0.5), np.cos(0.5)]]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from generators.predicates import PREDICATE_KINDS, Predicate, parse_predicate
+from demofactory.generators.predicates import PREDICATE_KINDS, Predicate, parse_predicate
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""`factory.preview` on tiny real datasets: shards written with the writer, frames whose colour says
+"""`demofactory.build.preview` on tiny real datasets: shards written with the writer, frames whose
+colour says
 which episode, step and camera they are, read back from the PNG and the mp4s."""
 
 from __future__ import annotations
@@ -9,10 +10,7 @@ from pathlib import Path
 import imageio.v2 as imageio
 import numpy as np
 import pytest
-from PIL import Image
-
-from factory.errors import USER_FACING_ERRORS, UserError
-from factory.preview import (
+from demofactory.build.preview import (
     Camera,
     make_sheet_layout,
     preview,
@@ -20,7 +18,8 @@ from factory.preview import (
     write_contact_sheet,
     write_episode_videos,
 )
-from shards import (
+from demofactory.errors import USER_FACING_ERRORS, UserError
+from demofactory.shards import (
     Episode,
     EpisodeRecord,
     Manifest,
@@ -30,6 +29,7 @@ from shards import (
     shards_dir,
     write_shard,
 )
+from PIL import Image
 
 FPS = 10
 # Listed in dataset_info.json in this order, which is not the tar's (alphabetical) order.

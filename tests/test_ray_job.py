@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from demofactory.cluster.local import NODE_PORT_FLAGS, free_port
+from demofactory.cluster.reaper import descendants, start_time
 
-from cluster.local import NODE_PORT_FLAGS, free_port
-from cluster.reaper import descendants, start_time
 from tests.conftest import write_spec
 from tests.test_cli_errors import assert_user_error
 
@@ -147,8 +147,8 @@ def test_job_server_wants_the_token(head):
 
 
 def test_submitted_job_writes_a_dataset_that_verifies(head, tmp_path):
-    from shards import load_episodes, load_manifest
-    from shards.verify import verify_dataset
+    from demofactory.shards import load_episodes, load_manifest
+    from demofactory.shards.verify import verify_dataset
 
     workdir = tmp_path / "job"  # what --working-dir uploads: the spec alone (demo paths absolute)
     workdir.mkdir()
@@ -224,8 +224,8 @@ def test_run_without_the_token_mode_stops_in_one_line(head, tmp_path):
 # In a fresh process each: Ray reads RAY_AUTH_MODE and the token once per process.
 _PROBE = """
 import sys
-from cluster.errors import ClusterAddressError
-from cluster.runner import ClusterConfig, connect
+from demofactory.cluster.errors import ClusterAddressError
+from demofactory.cluster.runner import ClusterConfig, connect
 try:
     connect(ClusterConfig(workers=1, address=sys.argv[1]))
 except ClusterAddressError as err:

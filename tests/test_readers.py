@@ -2,7 +2,8 @@
 is writing is one line; the stored loader checks sha256 as the local one does.
 
 Real datasets (tests/test_loader.build_dataset), a real writer in a subprocess holding the real
-lock (factory.run.lock_output_dir) and appending a real journal line, a real S3-compatible server
+lock (demofactory.build.run.lock_output_dir) and appending a real journal line, a real S3-compatible
+server
 on loopback for the store's cases. The whole loop with a real `factory run` is in
 tests/test_local_and_store.py.
 """
@@ -18,13 +19,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from demofactory.cli.main import main
+from demofactory.shards import DatasetError, load_manifest
+from demofactory.shards.loader import make_loader
+from demofactory.shards.remote import local_copy_dir
+from demofactory.shards.snapshot import reading
+from demofactory.shards.store import Store
 
-from factory.cli import main
-from shards import DatasetError, load_manifest
-from shards.loader import make_loader
-from shards.remote import local_copy_dir
-from shards.snapshot import reading
-from shards.store import Store
 from tests.test_loader import build_dataset
 
 # A writer as `factory run` is one: DIR/.lock held, one shard committed to the journal (a copy of
@@ -33,10 +34,10 @@ _WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from factory.run import lock_output_dir
+    from demofactory.build.run import lock_output_dir
     from shards import load_manifest
-    from shards.journal import JournalWriter
-    from shards.writer import ShardInfo
+    from demofactory.shards.journal import JournalWriter
+    from demofactory.shards.writer import ShardInfo
 
     out = Path(sys.argv[1])
     with lock_output_dir(out):
@@ -192,7 +193,7 @@ def test_readers_never_touch_a_drivers_local_copy(s3_env, tiny, capsys):
 _DRIVER = textwrap.dedent(
     """
     import sys
-    from factory.stored_run import StoredDataset
+    from demofactory.build.stored_run import StoredDataset
 
     with StoredDataset(sys.argv[1]) as stored:
         (stored.local / "journal.jsonl").write_text("")  # committed here, not synced yet

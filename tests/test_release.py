@@ -8,12 +8,17 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from demofactory.generators.mimicgen import (
+    AttemptPlan,
+    _release_step,
+    attempt_seed,
+    generate_attempt,
+)
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.simulation.scene import FLAT, Placement
+from demofactory.specs.adapters import mimicgen_params
+from demofactory.specs.spec import load_spec
 
-from factory.adapters import mimicgen_params
-from factory.resolve import resolve_spec
-from factory.sim import FLAT, Placement
-from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, _release_step, attempt_seed, generate_attempt
 from tests.conftest import SPECS
 
 

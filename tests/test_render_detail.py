@@ -7,13 +7,13 @@ import json
 import subprocess
 import sys
 
+import demofactory  # noqa: F401  (selects the GL backend before mujoco)
 import numpy as np
 import pytest
+from demofactory.simulation import mesh_detail
+from demofactory.simulation.mesh_detail import DetailReport, decimate_mesh, simplify
+from demofactory.specs.spec import CameraSpec, load_spec
 
-import factory  # noqa: F401  (selects the GL backend before mujoco)
-from factory import mesh_detail
-from factory.mesh_detail import DetailReport, decimate_mesh, simplify
-from factory.spec import CameraSpec, load_spec
 from tests.conftest import REPO, SPECS, write_spec
 
 
@@ -103,7 +103,7 @@ def test_good_detail_values_load(tmp_path, value):
 def test_a_detail_that_is_no_positive_integer_is_one_line_exit_2(tmp_path, value):
     path = write_spec(tmp_path / "s.yaml", render={"detail": value})
     result = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "validate", str(path)],
+        [sys.executable, "-m", "demofactory.cli.main", "validate", str(path)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -120,7 +120,7 @@ def test_a_detail_that_is_no_positive_integer_is_one_line_exit_2(tmp_path, value
 
 @pytest.fixture(scope="module")
 def scene():
-    from factory.sim import Scene
+    from demofactory.simulation.scene import Scene
 
     return Scene(load_spec(SPECS / "lift.yaml"))
 
@@ -134,7 +134,7 @@ def _model_digest(model) -> str:
 
 @pytest.mark.sim
 def test_decimated_meshes_are_drawn_where_the_full_ones_are(scene, tmp_path, monkeypatch):
-    from factory.render import FrameRenderer
+    from demofactory.simulation.render import FrameRenderer
 
     monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path))
     cam = CameraSpec(name="agentview", width=64, height=64, segmentation="geom")
@@ -167,7 +167,7 @@ def test_decimated_meshes_are_drawn_where_the_full_ones_are(scene, tmp_path, mon
 
 @pytest.mark.sim
 def test_meshes_that_cannot_decimate_are_drawn_full_and_counted(scene, tmp_path, monkeypatch):
-    from factory.render import FrameRenderer
+    from demofactory.simulation.render import FrameRenderer
 
     monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path))
     cam = CameraSpec(name="agentview", width=32, height=32)
@@ -184,7 +184,7 @@ def test_meshes_that_cannot_decimate_are_drawn_full_and_counted(scene, tmp_path,
     finally:
         one.close()
     shard = {"render_detail": report.to_json()}
-    from factory.report import _detail_table
+    from demofactory.build.report import _detail_table
 
     table = _detail_table([shard, shard])["render_detail"]
     assert table["kept_full"] == {"too few faces after decimation": kept}
@@ -196,9 +196,9 @@ def test_meshes_that_cannot_decimate_are_drawn_full_and_counted(scene, tmp_path,
 def test_states_and_success_are_bit_identical_with_and_without_auto(tmp_path, monkeypatch):
     """Two workers, one spec but render.detail: full and auto; attempts and renders interleaved as
     in a shard: every attempt's states, actions and success are the same bit for bit."""
-    from factory.pipeline import ShardWorker
-    from factory.resolve import prepare_demos
-    from factory.shard_records import ShardTask
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.seeds.resolve import prepare_demos
 
     monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path))
     path = write_spec(
@@ -232,7 +232,7 @@ def test_states_and_success_are_bit_identical_with_and_without_auto(tmp_path, mo
 
 
 def test_a_report_without_meshes_is_empty_in_inspect():
-    from factory.report import _detail_table
+    from demofactory.build.report import _detail_table
 
     assert _detail_table([{"render_detail": DetailReport("full").to_json()}]) == {}
     assert _detail_table([{}]) == {}
@@ -242,7 +242,7 @@ def test_a_report_without_meshes_is_empty_in_inspect():
 def test_inspect_counts_the_meshes_kept_full(tmp_path, ray_cluster, capsys, monkeypatch):
     """`factory run` with a budget most meshes collapse under, then `factory inspect`: the meshes
     drawn at full detail are counted, per reason, in its JSON and its text."""
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     monkeypatch.setenv("DEMOFACTORY_CACHE", str(tmp_path / "cache"))
     spec = write_spec(

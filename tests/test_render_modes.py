@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import demofactory  # noqa: F401  (selects the GL backend before mujoco)
 import numpy as np
 import pytest
+from demofactory.shards.format import encode_depth_png, encode_segmentation_png, segmentation_bits
+from demofactory.simulation.render import FrameRenderer, encode_jpeg
+from demofactory.simulation.scene import Scene
+from demofactory.specs.spec import CameraSpec, RenderSpec, load_spec
 
-import factory  # noqa: F401  (selects the GL backend before mujoco)
-from factory.render import FrameRenderer, encode_jpeg
-from factory.sim import Scene
-from factory.spec import CameraSpec, RenderSpec, load_spec
-from shards.format import encode_depth_png, encode_segmentation_png, segmentation_bits
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.sim
@@ -137,9 +137,9 @@ def rendered(scene, renderer):
 
 
 def _write(root, scene, frames, states, depth=None):
-    from shards.dataset import write_dataset
-    from shards.format import Episode
-    from shards.metadata import camera_entry
+    from demofactory.shards.dataset import write_dataset
+    from demofactory.shards.format import Episode
+    from demofactory.shards.metadata import camera_entry
 
     length = len(states)
     episode = Episode(
@@ -194,11 +194,10 @@ def test_frames_round_trip_through_shards_webdataset_verify_and_robomimic(
 ):
     import h5py
     import webdataset as wds
-
-    from shards.export_robomimic import export_robomimic
-    from shards.format import decode_member, shards_dir
-    from shards.metadata import load_dataset_info
-    from shards.verify import verify_dataset
+    from demofactory.shards.export_robomimic import export_robomimic
+    from demofactory.shards.format import decode_member, shards_dir
+    from demofactory.shards.metadata import load_dataset_info
+    from demofactory.shards.verify import verify_dataset
 
     states, views, frames = rendered
     depth_cameras = [c.name for c in CAMERAS if c.depth]
@@ -253,7 +252,7 @@ def test_frames_round_trip_through_shards_webdataset_verify_and_robomimic(
 
 
 def test_verify_reports_missing_and_malformed_depth(scene, rendered, tmp_path):
-    from shards.verify import verify_dataset
+    from demofactory.shards.verify import verify_dataset
 
     states, _, frames = rendered
     _write(tmp_path / "missing", scene, frames, states, depth={})
@@ -278,9 +277,9 @@ def test_factory_run_writes_depth_and_segmentation(tmp_path, ray_cluster):
     import json
 
     import webdataset as wds
+    from demofactory.cli.main import main
+    from demofactory.shards.format import decode_member
 
-    from factory.cli import main
-    from shards.format import decode_member
     from tests.conftest import write_spec
 
     spec = write_spec(

@@ -8,9 +8,9 @@ import re
 
 import pytest
 import yaml
+from demofactory.cli.main import main
+from demofactory.specs.spec import load_raw_spec
 
-from factory.cli import main
-from factory.spec import load_raw_spec
 from tests.conftest import DEMOS, SPECS
 
 

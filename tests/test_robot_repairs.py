@@ -1,4 +1,5 @@
-"""The robots' repairs (factory.robot_repairs): one table, one explicit idempotent install, and no
+"""The robots' repairs (demofactory.robots.repairs): one table, one explicit idempotent install, and
+no
 env built before it (make_env refuses)."""
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from factory import arm_fixes, gripper_fixes, robot_repairs
+from demofactory.robots import arm_fixes, gripper_fixes
+from demofactory.robots import repairs as robot_repairs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,8 +34,8 @@ def test_building_an_env_before_the_install_is_refused_and_importing_installs_no
     # A fresh process: importing the adapter changes no registry; make_env says what to call.
     code = (
         "from robosuite.models.robots.robot_model import REGISTERED_ROBOTS\n"
-        "from factory.sim import make_env\n"
-        "from factory.spec import TaskSpec\n"
+        "from demofactory.simulation.scene import make_env\n"
+        "from demofactory.specs.spec import TaskSpec\n"
         "assert not getattr(REGISTERED_ROBOTS['IIWA'], '_factory_repaired', False)\n"
         "try:\n"
         "    make_env(TaskSpec(env='Lift', robot='Panda'))\n"
@@ -43,4 +45,4 @@ def test_building_an_env_before_the_install_is_refused_and_importing_installs_no
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     )
-    assert "call factory.robot_repairs.install()" in out.stdout, out.stdout + out.stderr
+    assert "call demofactory.robots.repairs.install()" in out.stdout, out.stdout + out.stderr

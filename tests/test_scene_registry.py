@@ -10,11 +10,11 @@ import gc
 
 import numpy as np
 import pytest
+from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.simulation.scene import Placement
+from demofactory.specs.spec import load_spec
 
-from factory.resolve import resolve_spec
-from factory.sim import Placement
-from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.sim

@@ -19,12 +19,12 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from demofactory.cli.main import main
+from demofactory.errors import SpecError
+from demofactory.specs.language import draw_colors, episode_language, paint_objects
+from demofactory.specs.scene import COLORS, SCENE_ENV
+from demofactory.specs.spec import load_spec
 
-from factory.cli import main
-from factory.errors import SpecError
-from factory.language import draw_colors, episode_language, paint_objects
-from factory.scene_spec import COLORS, SCENE_ENV
-from factory.spec import load_spec
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.sim
@@ -167,7 +167,7 @@ def test_validate_renders_one_still_per_camera(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_user_mesh_builds_with_its_mass_and_hull():
-    from factory.sim import Scene
+    from demofactory.simulation.scene import Scene
 
     scene = Scene(load_spec(MUG, {"cameras": []}))
     model = scene.model
@@ -180,7 +180,7 @@ def test_a_user_mesh_builds_with_its_mass_and_hull():
     scene.reset_to(None, scene_placement())
     assert abs(scene.object_pose("mug")[2, 3] - (0.8 + 0.04)) < 0.005  # resting on the table
     # a placed fixture moves by its offset from its own pose, not from the last attempt's
-    from factory.sim import Placement
+    from demofactory.simulation.scene import Placement
 
     nominal = scene.object_pose("coaster")[:3, 3].copy()
     for _ in range(2):
@@ -191,7 +191,7 @@ def test_a_user_mesh_builds_with_its_mass_and_hull():
 
 
 def scene_placement():
-    from factory.sim import Placement
+    from demofactory.simulation.scene import Placement
 
     return Placement({})
 
@@ -241,9 +241,9 @@ def test_paraphrases_are_the_other_templates_filled_with_the_same_colours():
 
 @pytest.mark.slow
 def test_the_rendered_colour_is_the_one_the_instruction_names():
-    from factory.pipeline import ShardWorker
-    from factory.resolve import resolve_spec
-    from factory.shard_records import ShardTask
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.seeds.resolve import resolve_spec
 
     cameras = [{"name": "frontcam", "width": 64, "height": 64, "segmentation": "object"}]
     resolved = resolve_spec(load_spec(CUBE_BOWL, {"cameras": cameras}))
@@ -259,9 +259,8 @@ def test_the_rendered_colour_is_the_one_the_instruction_names():
     assert f"the {drawn} " in paraphrase and paraphrase != episode.instruction
     import io
 
+    from demofactory.shards.format import decode_segmentation_png
     from PIL import Image
-
-    from shards.format import decode_segmentation_png
 
     last = -1  # the cube in the bowl, at rest
     rgb = np.asarray(Image.open(io.BytesIO(episode.images["frontcam"][last])).convert("RGB"))
@@ -359,8 +358,8 @@ def _scripted_device(env, drop_first: bool = True):
 
 @pytest.mark.slow
 def test_collect_writes_robosuite_hdf5_that_seeds_generation(tmp_path):
-    from factory.collect import collect
-    from factory.demos import load_seed_demos
+    from demofactory.seeds.collect import collect
+    from demofactory.seeds.demos import load_seed_demos
 
     # Cubes at no yaw: the scripted hand does not turn its wrist.
     spec = load_spec(CUBE_BOWL, {"scene.objects.cube.placement.yaw": [0, 0]})
@@ -380,18 +379,18 @@ def test_collect_writes_robosuite_hdf5_that_seeds_generation(tmp_path):
 
 
 def test_collect_refuses_an_existing_file_before_building_anything(tmp_path):
-    from factory.errors import UserError
+    from demofactory.errors import UserError
 
     out = tmp_path / "demo.hdf5"
     out.write_bytes(b"")
     with pytest.raises(UserError, match="exists"):
-        from factory.collect import collect
+        from demofactory.seeds.collect import collect
 
         collect(load_spec(CUBE_BOWL), out, 1, _scripted_device, viewer=False)
 
 
 def test_scene_files_are_checked_through_load_and_build(tmp_path):
-    from factory.scene_build import check_scene_files
+    from demofactory.simulation.scene_build import check_scene_files
 
     spec = load_spec(MUG)
     check_scene_files(spec.scene, spec.path)  # the shipped mug loads
@@ -421,7 +420,7 @@ THING_XML = """<mujoco model="thing"><worldbody><body>
 
 @pytest.mark.slow
 def test_every_kind_of_object_builds_where_its_placement_says(tmp_path):
-    from factory.sim import Placement, Scene
+    from demofactory.simulation.scene import Placement, Scene
 
     (tmp_path / "thing.xml").write_text(THING_XML)
     scene_section = {
@@ -479,7 +478,7 @@ def test_an_mjcf_file_outside_robosuites_object_layout(tmp_path, capsys):
 
 
 def test_a_relative_object_moves_with_its_reference():
-    from factory.scene_spec import SceneSection, composed_offsets
+    from demofactory.specs.scene import SceneSection, composed_offsets
 
     scene = SceneSection.model_validate(
         {

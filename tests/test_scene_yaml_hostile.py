@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from demofactory.cli.main import main
 
-from factory.cli import main
 from tests.conftest import SPECS
 
 CUBE_BOWL = SPECS / "cube_bowl.yaml"
@@ -202,7 +202,7 @@ def test_a_model_mujoco_refuses_names_the_object_not_the_task(tmp_path, capsys):
 def test_extends_from_another_folder_keeps_the_parents_mesh_files(tmp_path):
     # The parent's seed_demos were rewritten relative to the child, its mesh files were not:
     # `scene.objects.mug.file: file not found: <child folder>/assets/mug.obj`.
-    from factory.spec import load_spec
+    from demofactory.specs.spec import load_spec
 
     parent = _spec(tmp_path, MUG, lambda raw: None)
     (tmp_path / "variants").mkdir()

@@ -11,9 +11,8 @@ import h5py
 import numpy as np
 import pytest
 from conftest import REPO, SPECS, write_spec
-
-from factory.errors import SpecError
-from factory.spec import WaypointSpec, load_spec
+from demofactory.errors import SpecError
+from demofactory.specs.spec import WaypointSpec, load_spec
 
 C, S = np.cos(0.7), np.sin(0.7)
 # The top-down grasp: grip site x along world y, y along world x, z down.
@@ -44,7 +43,7 @@ def point(**fields) -> WaypointSpec:
 
 
 def test_rpy_to_mat_quarter_turns():
-    from factory.script import rpy_to_mat
+    from demofactory.seeds.script import rpy_to_mat
 
     np.testing.assert_allclose(
         rpy_to_mat((0, 0, np.pi / 2)), [[0, -1, 0], [1, 0, 0], [0, 0, 1]], atol=1e-12
@@ -59,7 +58,7 @@ def test_rpy_to_mat_quarter_turns():
 
 
 def test_top_down_ignores_the_object_yaw():
-    from factory.script import rpy_to_mat, waypoint_target
+    from demofactory.seeds.script import rpy_to_mat, waypoint_target
 
     obj = pose([0.1, 0.2, 0.8], rpy_to_mat((0, 0, 0.7)))
     target = waypoint_target(point(relative_to="can", pos=(0, 0, 0.1)), obj, np.eye(4))
@@ -67,7 +66,7 @@ def test_top_down_ignores_the_object_yaw():
 
 
 def test_object_yaw_turns_axes_and_gripper():
-    from factory.script import rpy_to_mat, waypoint_target
+    from demofactory.seeds.script import rpy_to_mat, waypoint_target
 
     obj = pose([0.1, 0.2, 0.8], rpy_to_mat((0, 0, 0.7)))
     target = waypoint_target(
@@ -78,7 +77,7 @@ def test_object_yaw_turns_axes_and_gripper():
 
 
 def test_half_turn_nearer_home_is_chosen():
-    from factory.script import rpy_to_mat, waypoint_target
+    from demofactory.seeds.script import rpy_to_mat, waypoint_target
 
     # yaw 2.5 and 2.5 - pi close a parallel gripper the same way: the smaller wrist turn wins
     obj = pose([0, 0, 0], rpy_to_mat((0, 0, 2.5)))
@@ -89,7 +88,7 @@ def test_half_turn_nearer_home_is_chosen():
 
 
 def test_object_frame_with_a_turn_about_its_origin():
-    from factory.script import waypoint_target
+    from demofactory.seeds.script import waypoint_target
 
     # a quarter turn about the object's y: the point 10 cm along x goes 10 cm down
     wp = point(relative_to="handle", pos=(0.1, 0, 0), orientation="object", turn=(0, np.pi / 2, 0))
@@ -100,7 +99,7 @@ def test_object_frame_with_a_turn_about_its_origin():
 
 
 def test_without_an_object_the_previous_target_moves_by_a_world_offset():
-    from factory.script import rpy_to_mat, waypoint_target
+    from demofactory.seeds.script import rpy_to_mat, waypoint_target
 
     previous = pose([0.3, -0.1, 1.0], rpy_to_mat((0.1, 0.2, 0.3)))
     target = waypoint_target(point(pos=(0, 0, 0.05)), None, previous)
@@ -108,7 +107,7 @@ def test_without_an_object_the_previous_target_moves_by_a_world_offset():
 
 
 def test_demo_seeds_are_stable_and_distinct():
-    from factory.script import demo_seed
+    from demofactory.seeds.script import demo_seed
 
     assert demo_seed(0, 1, 0) == demo_seed(0, 1, 0)
     assert (
@@ -159,8 +158,8 @@ def test_bad_waypoints_name_their_field(tmp_path, waypoint, field, fragment):
 
 @pytest.mark.sim
 def test_scripted_lift_demo_reads_back_and_succeeds(tmp_path):
-    from factory.demos import load_seed_demos
-    from factory.script import make_scene, model_xml, record_demos, save_demos
+    from demofactory.seeds.demos import load_seed_demos
+    from demofactory.seeds.script import make_scene, model_xml, record_demos, save_demos
 
     spec = load_spec(write_spec(tmp_path / "spec.yaml", script=LIFT_SCRIPT))
     scene = make_scene(spec)
@@ -210,8 +209,8 @@ def test_the_scripted_specs_are_found():
 def test_shipped_scripted_seeds_end_in_success(path):
     """Each shipped scripted seed file loads, and each demo's last state (fixtures restored)
     succeeds."""
-    from factory.demos import load_seed_demos
-    from factory.script import make_scene
+    from demofactory.seeds.demos import load_seed_demos
+    from demofactory.seeds.script import make_scene
 
     spec = load_spec(path)
     files = [spec.resolve_path(rel) for rel in spec.seed_demos if "scripted" in rel]
@@ -236,7 +235,7 @@ def test_shipped_scripted_seeds_end_in_success(path):
 
 def factory(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "factory.cli", *map(str, args)],
+        [sys.executable, "-m", "demofactory.cli.main", *map(str, args)],
         cwd=REPO,
         capture_output=True,
         text=True,

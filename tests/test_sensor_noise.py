@@ -1,4 +1,5 @@
-"""Sensor and timing randomization in the loader (shards.sensor_noise) over tiny real datasets."""
+"""Sensor and timing randomization in the loader (demofactory.shards.sensor_noise) over tiny real
+datasets."""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ import json
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from torch.utils.data import DataLoader
-
-from shards.loader import LoaderConfig, make_loader
-from shards.sensor_noise import (
+from demofactory.shards.loader import LoaderConfig, make_loader
+from demofactory.shards.sensor_noise import (
     SensorNoise,
     delivered_frames,
     perturb_episode,
     resolve_sensor_noise,
 )
-from shards.stages import EpisodeArrays
+from demofactory.shards.stages import EpisodeArrays
+from PIL import Image
+from torch.utils.data import DataLoader
+
 from tests.test_loader import CAMERAS, STATE_DIM, BuiltDataset, _unbatch, build_dataset
 
 # 32 episodes of 8 steps in 4 shards: enough draws for the statistics, still under a second to read.
@@ -273,7 +274,8 @@ def test_per_dimension_std_must_match_the_state(dataset) -> None:
 
 
 def test_train_eval_takes_sensor_noise_as_json_and_reports_every_setting(tmp_path) -> None:
-    from factory.train_eval_config import TrainEvalConfig
+    from demofactory.train.config import TrainEvalConfig
+
     from tests.test_cli_errors import assert_user_error, factory
 
     config = TrainEvalConfig(sensor_noise='{"latency": 2, "state_std": [0.1, 0.2]}')

@@ -12,18 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from demofactory.shards import DatasetError, Episode, shards_dir, tario
+from demofactory.shards.dataset import write_dataset
+from demofactory.shards.export_source import load_source, read_episodes
+from demofactory.shards.format import encode_depth_png, encode_segmentation_png
+from demofactory.shards.loader import make_loader
+from demofactory.shards.manifest import load_manifest
+from demofactory.shards.shard_layout import dataset_shard_layout, episode_key
+from demofactory.shards.verify import verify_dataset
+from demofactory.shards.writer import write_shard
+from demofactory.specs.spec import SpecError, load_spec
 from torch.utils.data import DataLoader
 
-from factory.spec import SpecError, load_spec
-from shards import DatasetError, Episode, shards_dir, tario
-from shards.dataset import write_dataset
-from shards.export_source import load_source, read_episodes
-from shards.format import encode_depth_png, encode_segmentation_png
-from shards.loader import make_loader
-from shards.manifest import load_manifest
-from shards.shard_layout import dataset_shard_layout, episode_key
-from shards.verify import verify_dataset
-from shards.writer import write_shard
 from tests.conftest import SPECS
 from tests.test_loader import (
     ACTION_DIM,

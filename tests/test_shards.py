@@ -9,13 +9,11 @@ import os
 import tarfile
 from pathlib import Path
 
+import demofactory.shards.writer
 import numpy as np
 import pytest
 import webdataset as wds
-from PIL import Image
-
-import shards.writer
-from shards import (
+from demofactory.shards import (
     DatasetError,
     Episode,
     EpisodeRecord,
@@ -37,8 +35,9 @@ from shards import (
     verify_shard,
     write_shard,
 )
-from shards.partial_stats import QUANTILE_ERROR_OF_RANGE
-from shards.stats import sidecar_path
+from demofactory.shards.partial_stats import QUANTILE_ERROR_OF_RANGE
+from demofactory.shards.stats import sidecar_path
+from PIL import Image
 
 HEIGHT, WIDTH = 12, 20  # not square, so a transposed decode would show
 CAMERAS = ("wrist", "agentview")  # deliberately unsorted
@@ -180,7 +179,7 @@ def test_failure_mid_shard_keeps_previous_file(
     first = write_shard([make_episode(0, 0, 2, seed=0)], out, 0)
     before = (out / first.name).read_bytes()
 
-    real_npy_bytes = shards.writer._npy_bytes
+    real_npy_bytes = demofactory.shards.writer._npy_bytes
     calls = []
 
     def npy_bytes_failing_later(array):
@@ -189,7 +188,7 @@ def test_failure_mid_shard_keeps_previous_file(
             raise RuntimeError("worker killed")
         return real_npy_bytes(array)
 
-    monkeypatch.setattr(shards.writer, "_npy_bytes", npy_bytes_failing_later)
+    monkeypatch.setattr(demofactory.shards.writer, "_npy_bytes", npy_bytes_failing_later)
     with pytest.raises(RuntimeError, match="worker killed"):
         write_shard([make_episode(0, 0, 4, seed=5)], out, 0)
     assert _leftovers(out) == [sidecar_path(out / first.name).name, first.name]

@@ -1,12 +1,11 @@
 """Skill windows and pauses (generators/skills.py) on hand-made trajectories, and the planner
-(factory/planning.py) and `transit: plan` on a real robosuite scene."""
+(factory/simulation/planning.py) and `transit: plan` on a real robosuite scene."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from generators.skills import event_steps, paused_steps, relative_positions, skill_start
+from demofactory.generators.skills import event_steps, paused_steps, relative_positions, skill_start
 
 
 def _poses(positions: np.ndarray) -> np.ndarray:
@@ -94,8 +93,9 @@ def test_fingers_still_closing_are_not_a_pause():
 
 @pytest.fixture(scope="module")
 def lift_scene():
-    from factory.sim import Placement, Scene
-    from factory.spec import load_spec
+    from demofactory.simulation.scene import Placement, Scene
+    from demofactory.specs.spec import load_spec
+
     from tests.conftest import SPECS
 
     spec = load_spec(SPECS / "lift.yaml", {"cameras": []})
@@ -136,8 +136,9 @@ def test_a_goal_inside_the_table_is_refused_with_a_reason(lift_scene):
 
 @pytest.fixture(scope="module")
 def lift_plan():
-    from factory.resolve import resolve_spec
-    from factory.spec import load_spec
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
+
     from tests.conftest import SPECS
 
     spec = load_spec(SPECS / "lift.yaml", {"cameras": [], "generation.transit": "plan"})
@@ -145,7 +146,7 @@ def lift_plan():
 
 
 def _attempt(spec, resolved, attempt_id):
-    from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+    from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 
     plan = AttemptPlan(attempt_id, 0, attempt_seed(spec.seed, 0, attempt_id))
     return generate_attempt(resolved.scene, resolved.demos, plan, resolved.params)
@@ -178,8 +179,8 @@ def test_a_planned_attempt_is_the_same_attempt_again(lift_plan):
 def test_a_window_the_arm_cannot_reach_is_refused_naming_the_subtask(lift_plan):
     import dataclasses
 
-    from factory.errors import SpecError
-    from factory.resolve import check_planning_goals
+    from demofactory.errors import SpecError
+    from demofactory.seeds.resolve import check_planning_goals
 
     spec, resolved = lift_plan
     demo = resolved.demos[0]
@@ -193,7 +194,8 @@ def test_a_window_the_arm_cannot_reach_is_refused_naming_the_subtask(lift_plan):
 
 @pytest.mark.sim
 def test_a_skill_window_outside_its_segment_is_one_line_and_exit_2(tmp_path, capsys):
-    from factory.cli import main
+    from demofactory.cli.main import main
+
     from tests.conftest import write_spec
 
     spec = write_spec(
@@ -213,8 +215,9 @@ def test_a_skill_window_outside_its_segment_is_one_line_and_exit_2(tmp_path, cap
 
 @pytest.mark.sim
 def test_a_skill_window_given_in_the_spec_is_replayed_as_given(tmp_path):
-    from factory.resolve import resolve_spec
-    from factory.spec import load_spec
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
+
     from tests.conftest import write_spec
 
     path = write_spec(
@@ -235,9 +238,10 @@ def test_a_skill_window_given_in_the_spec_is_replayed_as_given(tmp_path):
 def test_planned_transits_count_only_skill_windows_against_the_horizon():
     """Under `transit: plan` a person's approach is not replayed, so a demo with a long detour
     (the 1,143-step Lift demo) still fits a 300-step horizon: every Lift human demo does."""
-    from factory.resolve import resolve_spec
-    from factory.spec import load_spec
-    from generators.mimicgen import _demo_span
+    from demofactory.generators.mimicgen import _demo_span
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
+
     from tests.conftest import SPECS
 
     spec = load_spec(SPECS / "lift_img_human.yaml", {"cameras": []})

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from factory.errors import SpecError, UserError
-from factory.run import dataset_info
-from factory.spec import SceneSpec, load_raw_spec, load_spec, load_stored_spec
-from shards import DATASET_INFO_FILENAME, load_dataset_info, save_dataset_info
+from demofactory.build.run import dataset_info
+from demofactory.errors import SpecError, UserError
+from demofactory.shards import DATASET_INFO_FILENAME, load_dataset_info, save_dataset_info
+from demofactory.specs.spec import SceneSpec, load_raw_spec, load_spec, load_stored_spec
 
 SPECS = Path(__file__).parents[1] / "scene_specs"
 

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from factory.spec import ADDED_LATER, load_spec
+from demofactory.specs.spec import ADDED_LATER, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASED = json.loads((ROOT / "tests/data/released_fingerprints.json").read_text())
@@ -19,7 +18,8 @@ def test_released_fingerprint_unchanged(spec):
     now = load_spec(ROOT / spec).fingerprint()
     assert now == expected, (
         f"{spec}: the fingerprint changed since {RELEASED['commit']}, so datasets made then no "
-        "longer resume; a new spec field must be listed in factory.spec.ADDED_LATER with its "
+        "longer resume; a new spec field must be listed in demofactory.specs.spec.ADDED_LATER "
+        "with its "
         "default"
     )
 

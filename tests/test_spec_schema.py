@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from demofactory.errors import SpecError, UserError
+from demofactory.specs import docs as spec_docs
+from demofactory.specs.spec import SceneSpec, load_raw_spec, load_spec
 from pydantic import BaseModel
-
-from factory import spec_docs
-from factory.errors import SpecError, UserError
-from factory.spec import SceneSpec, load_raw_spec, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "scene_specs"
@@ -102,7 +101,7 @@ def test_lookup_and_help_text():
 
 def _factory(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "factory.cli", *args],
+        [sys.executable, "-m", "demofactory.cli.main", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

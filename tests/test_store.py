@@ -1,12 +1,12 @@
-"""shards.store against a real S3-compatible server on loopback (moto, over HTTP, via s3fs)."""
+"""demofactory.shards.store against a real S3-compatible server on loopback (moto, over HTTP, via
+s3fs)."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-
-from shards.store import Store, StoreError, StoreUnavailable, is_remote
+from demofactory.shards.store import Store, StoreError, StoreUnavailable, is_remote
 
 pytestmark = pytest.mark.s3
 

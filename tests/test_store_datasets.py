@@ -4,10 +4,10 @@ exports work on them. A real S3-compatible server on loopback (moto over HTTP, v
 from __future__ import annotations
 
 import pytest
+from demofactory.cli.main import main
+from demofactory.shards.loader import make_loader
+from demofactory.shards.store import Store
 
-from factory.cli import main
-from shards.loader import make_loader
-from shards.store import Store
 from tests.test_loader import build_dataset
 
 pytestmark = pytest.mark.s3

@@ -13,11 +13,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from factory.cli import main
-from shards import load_manifest
-from shards.loader import make_loader
-from shards.store import Store
+from demofactory.cli.main import main
+from demofactory.shards import load_manifest
+from demofactory.shards.loader import make_loader
+from demofactory.shards.store import Store
 
 pytestmark = [pytest.mark.s3, pytest.mark.sim, pytest.mark.ray, pytest.mark.slow]
 
@@ -76,7 +75,7 @@ def test_a_run_into_the_store_survives_an_outage_and_matches_a_local_run(
 
     store = Store(url)
     local = {info.name: info.sha256 for info in load_manifest(reference).shards}
-    from shards.remote import pull_metadata
+    from demofactory.shards.remote import pull_metadata
 
     stored = {info.name: info.sha256 for info in load_manifest(pull_metadata(store)).shards}
     assert stored == local  # the bytes of the uninterrupted local run

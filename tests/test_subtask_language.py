@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from demofactory.cli.main import main
+from demofactory.shards.export_gr00t import export_gr00t
+from demofactory.shards.export_lerobot import export_lerobot
+from demofactory.specs.language import episode_language
+from demofactory.specs.spec import load_spec
 
-from factory.cli import main
-from factory.language import episode_language
-from factory.spec import load_spec
-from shards.export_gr00t import export_gr00t
-from shards.export_lerobot import export_lerobot
 from tests.conftest import SPECS
 from tests.test_exports import _in_order, make_dataset
 from tests.test_scene_yaml import _refused, _write_spec
@@ -157,9 +157,9 @@ def test_a_bad_subtask_start_is_a_dataset_error(tmp_path):
 @pytest.mark.sim
 @pytest.mark.slow
 def test_a_generated_episode_records_its_subtask_starts(tmp_path):
-    from factory.pipeline import ShardWorker
-    from factory.resolve import resolve_spec
-    from factory.shard_records import ShardTask
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.seeds.resolve import resolve_spec
 
     path = _write_spec(tmp_path, CUBE_BOWL, lambda raw: _with_subtasks(raw, [PICK_UP, PUT_IN]))
     cameras = [{"name": "frontcam", "width": 32, "height": 32}]

@@ -7,16 +7,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from demofactory.build.records import ShardResult, ShardTask
+from demofactory.build.run import DatasetRecorder
+from demofactory.errors import UserError
+from demofactory.generators.mimicgen import (
+    AttemptPlan,
+    attempt_seed,
+    generate_attempt,
+    pose_distance,
+)
+from demofactory.generators.records import SeedDemo
+from demofactory.seeds.annotate import FINISH_TAIL, MIN_RUN, segment_demo, segment_starts
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.shards import ShardInfo
+from demofactory.specs.spec import load_spec
 
-from factory.annotate import FINISH_TAIL, MIN_RUN, segment_demo, segment_starts
-from factory.errors import UserError
-from factory.resolve import resolve_spec
-from factory.run import DatasetRecorder
-from factory.shard_records import ShardResult, ShardTask
-from factory.spec import load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt, pose_distance
-from generators.records import SeedDemo
-from shards import ShardInfo
 from tests.conftest import SPECS
 
 
@@ -207,7 +212,7 @@ def test_generate_until_n_keeps_the_shortest_prefix_of_shards(tmp_path):
 def test_annotate_command_prints_every_demo_segment(capsys):
     import json
 
-    from factory.cli import main
+    from demofactory.cli.main import main
 
     assert main(["annotate", str(SPECS / "lift.yaml"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -224,9 +229,8 @@ def test_annotate_command_prints_every_demo_segment(capsys):
 
 @pytest.mark.sim
 def test_annotate_plot_writes_a_timeline_png_per_demo(tmp_path, capsys):
+    from demofactory.cli.main import main
     from PIL import Image
-
-    from factory.cli import main
 
     assert main(["annotate", str(SPECS / "stack.yaml"), "--plot", str(tmp_path)]) == 0
     out = capsys.readouterr().out

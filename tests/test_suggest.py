@@ -14,11 +14,11 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from demofactory.cli.main import main
+from demofactory.errors import SpecError
+from demofactory.generators.predicates import parse_predicate
+from demofactory.specs.spec import load_raw_spec, load_spec
 
-from factory.cli import main
-from factory.errors import SpecError
-from factory.spec import load_raw_spec, load_spec
-from generators.predicates import parse_predicate
 from tests.conftest import DEMOS, SPECS
 
 # Every human demo shipped (robosuite's own recordings), and the spec written for its task.
@@ -143,8 +143,8 @@ def test_touching_names_the_hand_which_is_no_spec_object(tmp_path):
 
 @pytest.mark.sim
 def test_touching_holds_while_the_fingers_are_on_the_cube():
-    from factory.demos import load_seed_demos
-    from factory.sim import Scene
+    from demofactory.seeds.demos import load_seed_demos
+    from demofactory.simulation.scene import Scene
 
     scene = Scene(load_spec(SPECS / "lift.yaml"))
     demo = load_seed_demos(DEMOS / "lift_panda_1demo_robosuite100.hdf5")[0]

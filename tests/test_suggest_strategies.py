@@ -7,8 +7,8 @@ from __future__ import annotations
 import h5py
 import pytest
 import yaml
+from demofactory.cli.main import main
 
-from factory.cli import main
 from tests.conftest import DEMOS
 
 pytestmark = pytest.mark.sim

@@ -1,4 +1,4 @@
-"""One strict tar reader (`shards.tario`) behind every path that reads shards.
+"""One strict tar reader (`demofactory.shards.tario`) behind every path that reads shards.
 
 A tiny real dataset is written with the project's writer, one shard of it is damaged in four
 ways, and the damaged shard is fed to each reader: the training loader, verify, stats, preview
@@ -22,17 +22,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
+from demofactory.build.preview import write_episode_videos
+from demofactory.shards import (
+    DatasetError,
+    Episode,
+    load_manifest,
+    save_manifest,
+    sha256_file,
+    shards_dir,
+)
+from demofactory.shards.dataset import write_dataset
+from demofactory.shards.export_lerobot import export_lerobot
+from demofactory.shards.export_robomimic import export_robomimic
+from demofactory.shards.loader import make_loader
+from demofactory.shards.stats import compute_stats
+from demofactory.shards.tario import TarFormatError, iter_tar, read_samples
+from demofactory.shards.verify import verify_dataset
 from PIL import Image
-
-from factory.preview import write_episode_videos
-from shards import DatasetError, Episode, load_manifest, save_manifest, sha256_file, shards_dir
-from shards.dataset import write_dataset
-from shards.export_lerobot import export_lerobot
-from shards.export_robomimic import export_robomimic
-from shards.loader import make_loader
-from shards.stats import compute_stats
-from shards.tario import TarFormatError, iter_tar, read_samples
-from shards.verify import verify_dataset
 
 WIDTH, HEIGHT = 16, 12
 LENGTHS = (3, 4, 2)  # episodes 0, 1, 2 of shard 0: 9 samples, 6 members each

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from demofactory.seeds.demos import load_seed_demos
+from demofactory.simulation.scene import Placement, Scene
+from demofactory.specs.spec import load_spec
 
-from factory.demos import load_seed_demos
-from factory.sim import Placement, Scene
-from factory.spec import load_spec
 from tests.conftest import SPECS
 
 pytestmark = pytest.mark.sim

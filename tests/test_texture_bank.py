@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from factory.spec import TextureBankSpec
-from generators import texture_bank as tb
-from generators.errors import TextureBankError
-from shards.format import DatasetError
+from demofactory.generators import texture_bank as tb
+from demofactory.generators.errors import TextureBankError
+from demofactory.shards.format import DatasetError
+from demofactory.specs.spec import TextureBankSpec
 
 SIZE = 64  # pixels: 8x8 latents
 
@@ -395,8 +394,9 @@ def test_factory_run_with_a_bank_end_to_end(tiny_model, tmp_path, ray_cluster, c
     names a model that is not there."""
     import tarfile
 
-    from factory.cli import main
-    from shards import load_episodes
+    from demofactory.cli.main import main
+    from demofactory.shards import load_episodes
+
     from tests.conftest import write_spec
 
     appearance = {

@@ -19,13 +19,13 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
+from demofactory.seeds.annotate import run_starts
+from demofactory.seeds.demos import load_seed_demos
+from demofactory.seeds.resolve import resolve_spec
+from demofactory.simulation.scene import Scene
+from demofactory.specs.spec import load_raw_spec, load_spec
 
-from factory.annotate import run_starts
-from factory.demos import load_seed_demos
-from factory.resolve import resolve_spec
-from factory.sim import Scene
-from factory.spec import load_raw_spec, load_spec
-from generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from tests.conftest import DEMOS, REPO, SPECS
 
 pytestmark = pytest.mark.sim
@@ -149,7 +149,7 @@ def test_generation_replays_the_push_and_holds_nothing(pushed):
 @pytest.mark.slow
 def test_factory_annotate_prints_the_fallback(grasp_spec):
     result = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "annotate", str(grasp_spec)],
+        [sys.executable, "-m", "demofactory.cli.main", "annotate", str(grasp_spec)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import json
 
+import demofactory  # noqa: F401  (selects the GL backend before robosuite)
 import numpy as np
 import pytest
 import torch
 from conftest import SPECS, write_spec
-
-import factory  # noqa: F401  (selects the GL backend before robosuite)
-from factory.cli import main
-from factory.errors import UserError
-from factory.policy import (
+from demofactory.build.seed_dataset import write_seed_dataset
+from demofactory.cli.main import main
+from demofactory.errors import UserError
+from demofactory.generators.mimicgen import attempt_seed
+from demofactory.seeds.resolve import Resolved, resolve_spec
+from demofactory.shards import load_episodes, load_manifest
+from demofactory.shards.loader import make_loader
+from demofactory.shards.verify import verify_dataset
+from demofactory.specs.spec import load_spec
+from demofactory.train.config import TrainEvalConfig
+from demofactory.train.core import eval_seed, idle_steps, load_training_data
+from demofactory.train.policy import (
     ChunkPolicy,
     ensemble,
     finalize_action,
@@ -21,16 +29,7 @@ from factory.policy import (
     make_observation,
     masked_l1,
 )
-from factory.resolve import Resolved, resolve_spec
-from factory.seeds import write_seed_dataset
-from factory.spec import load_spec
-from factory.train_core import eval_seed, idle_steps, load_training_data
-from factory.train_eval import train_eval
-from factory.train_eval_config import TrainEvalConfig
-from generators.mimicgen import attempt_seed
-from shards import load_episodes, load_manifest
-from shards.loader import make_loader
-from shards.verify import verify_dataset
+from demofactory.train.train_eval import train_eval
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +116,7 @@ def test_seeds_refuses_demos_of_several_robots_and_says_so_first(tmp_path, capsy
 
 def test_loader_refuses_extra_keys_that_clash():
     with pytest.raises(ValueError, match="clash"):
-        from shards.loader import LoaderConfig
+        from demofactory.shards.loader import LoaderConfig
 
         LoaderConfig(cameras=None, extra_keys=("state",))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from factory.cli import build_parser
-from factory.train_eval_config import TrainEvalConfig
+from demofactory.cli.main import build_parser
+from demofactory.train.config import TrainEvalConfig
 
 
 def test_every_field_has_a_flag_with_its_description(capsys):
@@ -24,6 +24,9 @@ def test_every_field_has_a_flag_with_its_description(capsys):
 
 def test_building_the_parser_does_not_import_torch():
     # Every command pays the parser's imports: torch alone took ~8 s to import on 2 cores.
-    code = "import sys, factory.cli; factory.cli.build_parser(); print('torch' in sys.modules)"
+    code = (
+        "import sys, demofactory.cli.main; demofactory.cli.main.build_parser(); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from demofactory.shards import Episode
+from demofactory.shards.dataset import write_dataset
 from PIL import Image
-
-from shards import Episode
-from shards.dataset import write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "train_bc.py"

@@ -8,10 +8,10 @@ import shutil
 import tarfile
 
 import pytest
+from demofactory.shards import load_manifest, save_manifest, sha256_file, shards_dir
+from demofactory.shards.verify import verify_dataset
+from demofactory.shards.writer import ShardInfo
 
-from shards import load_manifest, save_manifest, sha256_file, shards_dir
-from shards.verify import verify_dataset
-from shards.writer import ShardInfo
 from tests.test_loader import BuiltDataset, build_dataset
 
 

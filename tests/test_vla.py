@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import json
 
+import demofactory  # noqa: F401  (selects the GL backend before robosuite)
 import numpy as np
 import pytest
 import torch
 from conftest import write_spec
-
-import factory  # noqa: F401  (selects the GL backend before robosuite)
-from factory.cli import main
-from factory.policy import ObsLayout
-from factory.resolve import Resolved, resolve_spec
-from factory.seeds import write_seed_dataset
-from factory.spec import load_spec
-from factory.train_core import TrainingData, eval_seed
-from factory.train_eval import train_eval
-from factory.train_eval_config import TrainEvalConfig
-from factory.vla import (
+from demofactory.build.seed_dataset import write_seed_dataset
+from demofactory.cli.main import main
+from demofactory.seeds.resolve import Resolved, resolve_spec
+from demofactory.specs.spec import load_spec
+from demofactory.train.config import TrainEvalConfig
+from demofactory.train.core import TrainingData, eval_seed
+from demofactory.train.policy import ObsLayout
+from demofactory.train.train_eval import train_eval
+from demofactory.train.vla import (
     InstructedPolicy,
     VlaArch,
     VlaPolicy,
@@ -28,7 +27,7 @@ from factory.vla import (
     load_vla,
     save_vla,
 )
-from factory.vla_train import episode_phrases, object_positions, train_vla
+from demofactory.train.vla_train import episode_phrases, object_positions, train_vla
 
 PHRASES = ["lift the red cube", "pick up the blue block", "Raise the GREEN cube off the table"]
 

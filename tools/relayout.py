@@ -70,6 +70,7 @@ MODULES: dict[str, str] = {
     "grasp_frame": "simulation.grasp_frame",
     "resimulate": "simulation.resimulate",
     "stills": "simulation.stills",
+    "mesh_detail": "simulation.mesh_detail",
     # robots
     "robots": "robots.support",
     "robot_repairs": "robots.repairs",
@@ -104,6 +105,10 @@ MODULES: dict[str, str] = {
     "failures": "build.failures",
     "preview": "build.preview",
     "contact_sheet": "build.contact_sheet",
+    "outputs": "build.outputs",
+    "coverage": "build.coverage",
+    "rebalance": "build.rebalance",
+    "action_spaces": "build.action_spaces",
     # robustness
     "divergence": "robustness.divergence",
     "divergence_report": "robustness.divergence_report",

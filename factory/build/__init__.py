@@ -1,0 +1,1 @@
+"""The build stage of the factory (see docs/layout.md)."""

@@ -1,0 +1,1 @@
+"""The cli stage of the factory (see docs/layout.md)."""

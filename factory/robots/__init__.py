@@ -1,0 +1,1 @@
+"""The robots stage of the factory (see docs/layout.md)."""

@@ -1,0 +1,1 @@
+"""The robustness stage of the factory (see docs/layout.md)."""

@@ -1,0 +1,1 @@
+"""The seeds stage of the factory (see docs/layout.md)."""

@@ -1,0 +1,184 @@
+"""`factory collect SPEC --out demo.hdf5`: seed demos by teleoperation, in robosuite's viewer.
+
+    spec (scene: or task.env) ──► robosuite env with a viewer; a scene: section draws a new
+                                  layout from its placement ranges at every reset
+      ──► per demo: reset ──► loop: device.input2action() (robosuite's Keyboard, SpaceMouse or
+          any robosuite Device) ──► the robot's action vector [7] ──► state recorded, env.step,
+          viewer drawn
+          ──► ends when the device asks for a reset (the demo is dropped) or the task's success
+              has held for `HOLD_STEPS` steps (the demo is kept), or at the horizon (dropped)
+      ──► robosuite's raw collection hdf5: data/demo_N/{states, actions} + model_file, the
+          env_info robosuite's own collection script writes; a temporary name, then renamed
+
+Keyboard controls (robosuite's): w/s/a/d/r/f move, z/x/t/g/c/v rotate, space toggles the gripper,
+q drops the demo and resets. Tests pass a scripted `Device` subclass instead (no display).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import numpy as np
+from demofactory.errors import UserError
+from demofactory.robots import repairs as robot_repairs
+from demofactory.seeds.script import check_output, env_info
+from demofactory.simulation.scene import Scene
+from demofactory.specs.spec import SceneSpec
+
+HOLD_STEPS = 10  # as robosuite's collect_human_demonstrations: success held this long ends a demo
+
+
+def check_display() -> None:
+    """A UserError (one line) unless GLFW can open robosuite's viewer window here: without a
+    display robosuite prints a GLFW error on stdout and exits 1."""
+    import re
+    import warnings
+
+    import glfw
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = glfw.init()
+    if ok:
+        glfw.terminate()  # robosuite's viewer initializes it again
+        return
+    said = [str(w.message) for w in caught] or ["glfw.init() failed"]
+    why = re.sub(r"^\(\d+\) b?['\"](.*)['\"]$", r"\1", said[-1])
+    raise UserError(
+        f"collect: cannot open robosuite's viewer window ({why}); run it on a machine with a "
+        "display (or X forwarding), or record seed demos without one: `factory script SPEC`"
+    )
+
+
+def make_collect_env(spec: SceneSpec, viewer: bool):
+    """The spec's env for teleoperation: random layouts for a scene, robosuite's viewer if asked."""
+    import robosuite
+    from demofactory.simulation.scene_build import env_kwargs  # robosuite: as the imports above
+    from robosuite.controllers import load_composite_controller_config
+
+    robot_repairs.require_installed()  # the hands and arms generation builds (make_env)
+    controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
+    return robosuite.make(
+        spec.task.env,
+        robots=spec.task.robot,
+        controller_configs=controller,
+        has_renderer=viewer,
+        has_offscreen_renderer=False,
+        render_camera=None,
+        use_camera_obs=False,
+        control_freq=spec.task.control_freq,
+        horizon=spec.task.horizon,
+        ignore_done=True,
+        hard_reset=False,
+        seed=spec.seed,
+        **env_kwargs(spec, layout="random"),
+    )
+
+
+def make_device(kind: str, env):
+    """robosuite's input device by name (keyboard needs a display, spacemouse the hardware)."""
+    try:
+        if kind == "keyboard":
+            from robosuite.devices import Keyboard
+
+            return Keyboard(env=env)
+        from robosuite.devices import SpaceMouse
+
+        return SpaceMouse(env=env)
+    except Exception as err:  # pynput without a display, hid without the device
+        raise UserError(f"--device {kind}: robosuite cannot open it ({err})") from None
+
+
+def record_demo(scene: Scene, device, viewer: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """One teleoperated demo from a fresh reset: (states [T, N], actions [T, 7]) float64, or None
+    when the device reset or the horizon came before the success held."""
+    env = scene.env
+    env.reset()
+    scene.mark_start()
+    robot = env.robots[0]
+    device.start_control()
+    states, actions, held = [], [], 0
+    for _ in range(scene.spec.task.horizon):
+        inputs = device.input2action()
+        if inputs is None:
+            return None
+        arm = robot.arms[0]
+        inputs = dict(inputs)
+        inputs[arm] = inputs[f"{arm}_delta"]
+        action = robot.create_action_vector(inputs)
+        states.append(scene.get_state())
+        actions.append(np.asarray(action, dtype=np.float64))
+        env.step(action)
+        scene.gripper_closed = bool(action[-1] * scene.gripper_sign > 0)
+        if viewer:
+            env.render()
+        held = held + 1 if scene.success() else 0
+        if held >= HOLD_STEPS:
+            return np.stack(states), np.stack(actions)
+    return None
+
+
+def collect(
+    spec: SceneSpec,
+    out: Path,
+    demos: int,
+    device_factory: Callable,
+    viewer: bool = True,
+    log: Callable[[str], None] = lambda line: None,
+    max_tries: int | None = None,
+    force: bool = False,
+) -> list[int]:
+    """Record `demos` successful demos into `out` (robosuite's raw hdf5); their lengths."""
+
+    check_output(out, force, command="collect", spec_path=spec.path)
+    if viewer:
+        check_display()
+    env = make_collect_env(spec, viewer)
+    scene = Scene(spec, env=env)
+    device = device_factory(env)
+    kept, tries = [], 0
+    while len(kept) < demos:
+        tries += 1
+        if max_tries is not None and tries > max_tries:
+            raise UserError(f"{out}: {len(kept)} of {demos} demos after {max_tries} tries")
+        demo = record_demo(scene, device, viewer)
+        log(f"demo {len(kept) + 1}: {'kept' if demo else 'dropped'}")
+        if demo is not None:
+            kept.append(demo)
+    save_raw_hdf5(out, spec, env.sim.model.get_xml(), kept)
+    env.close()
+    return [len(actions) for _, actions in kept]
+
+
+def save_raw_hdf5(path: Path, spec: SceneSpec, model_xml: str, demos: list) -> None:
+    """robosuite's collection layout, written to a temporary name and renamed."""
+    import robosuite
+
+    now = datetime.datetime.now()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            data = f.create_group("data")
+            data.attrs.update(
+                {
+                    "date": now.strftime("%m-%d-%Y"),
+                    "time": now.strftime("%H:%M:%S"),
+                    "repository_version": robosuite.__version__,
+                    "env": spec.task.env,
+                    "env_info": env_info(spec),
+                    "source": f"factory collect {spec.path.name}",
+                }
+            )
+            for i, (states, actions) in enumerate(demos, start=1):
+                group = data.create_group(f"demo_{i}")
+                group.attrs["model_file"] = model_xml
+                group.create_dataset("states", data=states, compression="gzip")
+                group.create_dataset("actions", data=actions, compression="gzip")
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write ({err.strerror or err})") from None

@@ -1,0 +1,1 @@
+"""The simulation stage of the factory (see docs/layout.md)."""

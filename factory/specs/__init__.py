@@ -1,0 +1,1 @@
+"""The specs stage of the factory (see docs/layout.md)."""

@@ -1,0 +1,1 @@
+"""The train stage of the factory (see docs/layout.md)."""
