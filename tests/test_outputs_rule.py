@@ -1,4 +1,4 @@
-"""The one output rule (factory/build/outputs.py, docs/outputs.md), through the real CLI on real
+"""The one output rule (factory/outputs.py, docs/outputs.md), through the real CLI on real
 files:
 never inside a dataset, never over a file without --force, never two outputs on one path, never
 an input, a URL refused in one line where the store is not supported. Each refusal: one

@@ -105,7 +105,7 @@ MODULES: dict[str, str] = {
     "failures": "build.failures",
     "preview": "build.preview",
     "contact_sheet": "build.contact_sheet",
-    "outputs": "build.outputs",
+    "outputs": "outputs",  # the output rule every stage's commands follow: at the top
     "coverage": "build.coverage",
     "rebalance": "build.rebalance",
     "action_spaces": "build.action_spaces",

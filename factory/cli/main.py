@@ -436,7 +436,7 @@ def _location(text: str) -> Path | str:
     """A path argument: a local path, or a URL (s3://...) kept as one string, normalized
     (demofactory.shards.store.normalize_url): pathlib would fold its "//" (`s3:/bkt/x`). Whether a
     URL is
-    accepted is the command's to say (demofactory.build.outputs, or the store), in one line."""
+    accepted is the command's to say (demofactory.outputs, or the store), in one line."""
     from demofactory.shards.store import StoreError, is_remote, normalize_url
 
     if not is_remote(text):
@@ -473,7 +473,7 @@ def _control(note: str) -> str:
 
 
 def cmd_validate(args) -> int:
-    from demofactory.build.outputs import Output, check_outputs, spec_files
+    from demofactory.outputs import Output, check_outputs, spec_files
 
     check_outputs(
         "validate",
@@ -526,7 +526,7 @@ def cmd_collect(args) -> int:
 def cmd_calibrate(args) -> int:
     import math
 
-    from demofactory.build.outputs import Output, check_outputs, spec_files
+    from demofactory.outputs import Output, check_outputs, spec_files
     from demofactory.robustness.calibrate_run import run_calibration
 
     out = Output("--out", args.out)
@@ -568,7 +568,7 @@ def cmd_annotate(args) -> int:
     if args.plot is not None and (args.suggest or times is not None):
         raise UserError("--plot: draws the annotation's timeline; not with --suggest or --replay")
     if args.plot is not None:
-        from demofactory.build.outputs import Output, check_outputs, spec_files
+        from demofactory.outputs import Output, check_outputs, spec_files
 
         check_outputs(
             "annotate",
@@ -695,7 +695,7 @@ def cmd_run(args) -> int:
     from demofactory.build.run import run_dataset
 
     overrides = spec_overrides(args, "run")  # --set, and its aliases --attempts, ...
-    from demofactory.build.outputs import Output, check_outputs, spec_files
+    from demofactory.outputs import Output, check_outputs, spec_files
 
     run_out = [Output("--out", args.out, "dir", store=True, own=True)]
     check_outputs("run", run_out, inputs=spec_files(args.spec), force=None)
@@ -726,8 +726,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_preview(args) -> int:
-    from demofactory.build.outputs import Output, check_outputs
     from demofactory.build.preview import PREVIEW_DIRNAME, preview
+    from demofactory.outputs import Output, check_outputs
 
     outputs = [Output("--out", args.out, "dir")]
     check_outputs("preview", outputs, inputs=[args.dataset], force=args.force)  # before a pull
@@ -771,7 +771,7 @@ def cmd_export(args) -> int:
         options = {"embodiment": args.embodiment}
     else:
         from demofactory.shards.export_robomimic import export_robomimic as export
-    from demofactory.build.outputs import Output, check_outputs, replacing
+    from demofactory.outputs import Output, check_outputs, replacing
 
     kind = "file" if args.to == "robomimic" else "dir"
     check_outputs(
@@ -834,9 +834,9 @@ def cmd_verify(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from demofactory.build.outputs import Output, atomic_path, check_outputs
     from demofactory.build.preview import PREVIEW_DIRNAME
     from demofactory.build.report import format_summary, summarize
+    from demofactory.outputs import Output, atomic_path, check_outputs
 
     plot = [Output("--plot", args.plot, "file")]
     coverage_png = None
@@ -954,8 +954,8 @@ def cmd_divergence(args) -> int:
 
 def cmd_seeds(args) -> int:
     from demofactory.build.output_dir import check_can_create
-    from demofactory.build.outputs import Output, check_outputs, spec_files
     from demofactory.build.seed_dataset import check_one_robot, check_seeds_dir, write_seed_dataset
+    from demofactory.outputs import Output, check_outputs, spec_files
     from demofactory.specs.spec import load_spec
 
     outputs = [Output("--out", args.out, "dir", own=True)]
@@ -1021,7 +1021,7 @@ def cmd_train_eval(args) -> int:
     except ValidationError as err:
         first = err.errors()[0]
         raise UserError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
-    from demofactory.build.outputs import Output, atomic_write_text, check_outputs, spec_files
+    from demofactory.outputs import Output, atomic_write_text, check_outputs, spec_files
 
     # up front: training and rollouts take minutes, and the report would be lost
     outputs = [Output("--out", args.out), Output("--save-policy", args.save_policy)]
@@ -1080,7 +1080,7 @@ COMMANDS = {
 
 
 # What an interrupted command (Ctrl-C, SIGTERM) leaves: each writes its outputs through a
-# temporary name (demofactory.build.outputs), so only `run`, which keeps each shard it finished,
+# temporary name (demofactory.outputs), so only `run`, which keeps each shard it finished,
 # resumes.
 READ_ONLY = "nothing was written"
 INTERRUPTED = {

@@ -231,8 +231,8 @@ def check_output(
     path: Path | str, force: bool, command: str = "script", spec_path: Path | None = None
 ) -> None:
     """`--out` of `script` or `collect` (a new .hdf5, or any file with `force`) by the one
-    output rule (demofactory.build.outputs), before any work."""
-    from demofactory.build.outputs import Output, check_outputs, spec_files
+    output rule (demofactory.outputs), before any work."""
+    from demofactory.outputs import Output, check_outputs, spec_files
 
     check_outputs(command, [Output("--out", path)], inputs=spec_files(spec_path), force=force)
 
