@@ -304,7 +304,7 @@ class ShardWorker:
             steps_simulated=steps,
             subtasks=subtasks,
             robots=dict(sorted(robots.items())) if self.spec.task.robots else {},
-            render_detail=self.renderer.detail.to_json() if self.renderer.detail.meshes else {},
+            render_detail=_render_detail(self),
             placements=tuple(placements),
         )
 
@@ -323,3 +323,17 @@ def _count_subtasks(counts: dict[str, dict[str, int]], attempt: Attempt) -> None
     for fallback in attempt.provenance.get("transit_fallbacks", ()):
         row = counts[str(fallback["subtask"])]
         row["fallbacks"] = row.get("fallbacks", 0) + 1
+
+
+def _render_detail(worker) -> dict:
+    """What `render.detail` did to the meshes (DetailReport.to_json), {} when nothing: of the
+    worker's renderer, or of a mixed-robot worker's first robot's that has one."""
+    renderers = (
+        [worker.renderer]
+        if hasattr(worker, "renderer")
+        else [w.renderer for w in getattr(worker, "workers", {}).values()]
+    )
+    for renderer in renderers:
+        if renderer.detail.meshes:
+            return renderer.detail.to_json()
+    return {}
