@@ -334,13 +334,14 @@ class Store:
                     if isinstance(err, OSError):
                         raise StoreError(f"{self.url}: {what}: {_first_line(err)}") from None
                     raise
-                if time.monotonic() + backoff > deadline:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:  # tried until `retry_s` had passed, as the message says
                     raise StoreUnavailable(
                         f"{self.url}: unreachable for {self.retry_s:g} s ({what}: "
                         f"{_first_line(err)}); what was committed is kept: run the same command "
                         f"again once it is back ({STORE_RETRY_ENV} sets the retry time)"
                     ) from None
-                time.sleep(backoff)
+                time.sleep(min(backoff, remaining))  # the last try at the deadline
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
 

@@ -227,3 +227,23 @@ def test_a_second_driver_of_a_url_leaves_the_first_ones_copy_alone(
     finally:
         first.stdin.close()
         first.wait(timeout=60)
+
+
+def test_inspect_of_a_dataset_recording_no_spec_is_one_line(tmp_path, capsys):
+    import json
+
+    from demofactory.cli.main import main
+
+    from tests.test_loader import build_dataset
+
+    path = build_dataset(tmp_path / "tiny").path
+    info_file = path / "dataset_info.json"
+    info = json.loads(info_file.read_text())
+    info.pop("spec", None)
+    info_file.write_text(json.dumps(info))
+    capsys.readouterr()
+    assert main(["inspect", str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert "dataset_info.json" in err[0] and "no spec recorded" in err[0], err
+    assert "Traceback" not in err[0]

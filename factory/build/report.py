@@ -7,7 +7,7 @@ from pathlib import Path
 from demofactory.build.output_dir import GENERATION_FILENAME, load_generation
 from demofactory.errors import UserError
 from demofactory.robustness.divergence_report import format_divergence, summarize_divergence
-from demofactory.shards import load_dataset_info, load_episodes, load_manifest
+from demofactory.shards import DatasetError, load_dataset_info, load_episodes, load_manifest
 from demofactory.shards.shard_layout import dataset_shard_layout
 
 
@@ -21,6 +21,18 @@ def summarize(dataset_dir: Path) -> dict:
     generation = load_generation(dataset_dir)
     if info is None:
         raise UserError(f"{dataset_dir}: not a demofactory dataset (no dataset_info.json)")
+    spec = info.get("spec")
+    if (
+        not isinstance(spec, dict)
+        or not isinstance(spec.get("generation"), dict)
+        or "attempts" not in spec["generation"]
+        or not isinstance(spec.get("subtasks"), list)
+        or "name" not in info
+    ):
+        raise DatasetError(
+            f"{dataset_dir / 'dataset_info.json'}: no spec recorded (expected its 'name' and "
+            "'spec' with 'generation' and 'subtasks', as `factory run` writes them)"
+        )
     listed = {s.name for s in manifest.shards}
     shards = [v for k, v in generation.get("shards", {}).items() if k in listed]
     attempts = sum(s["attempts"] for s in shards)
