@@ -152,7 +152,10 @@ def _stamps(dataset: Path) -> dict[str, tuple[int, int, int]]:
         # disk would: linked like a file, read by the command where the file would be).
         if path.name.startswith(".") or path.is_dir():
             continue
-        stat = path.stat()
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # removed since it was listed (a run folding its journal in)
+            continue
         found[path.name] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
     return found
 

@@ -35,7 +35,7 @@ _WRITER = textwrap.dedent(
     import sys
     from pathlib import Path
     from demofactory.build.run import lock_output_dir
-    from shards import load_manifest
+    from demofactory.shards import load_manifest
     from demofactory.shards.journal import JournalWriter
     from demofactory.shards.writer import ShardInfo
 
@@ -111,6 +111,27 @@ def test_a_reader_names_the_dataset_not_its_snapshot(tiny, capsys):
     assert main(["verify", str(tiny.path)]) == 2
     err = capsys.readouterr().err
     assert "snapshot-" not in err and f"{tiny.path}/stats.json" in err
+
+
+def test_a_file_removed_while_the_snapshot_lists_the_folder_is_taken_again(
+    tiny, capsys, monkeypatch
+):
+    # A run folding its journal in removes journal.jsonl: between the reader's listing of the
+    # folder and its stat of that file (the CI failure of 5becf4f: "journal.jsonl: No such file").
+    journal = tiny.path / "journal.jsonl"
+    journal.write_text("")
+    real_stat, removed = Path.stat, []
+
+    def stat(self, *args, **kwargs):
+        if self == journal and not removed:
+            removed.append(self)
+            journal.unlink()
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    assert main(["verify", str(tiny.path)]) == 0, capsys.readouterr().err
+    assert removed == [journal]
+    assert "No such file" not in capsys.readouterr().err
 
 
 def test_snapshots_are_removed_when_the_reader_ends(tiny, capsys, monkeypatch, tmp_path):
