@@ -6,8 +6,8 @@ evaluated in rollouts rendered at full detail, against the same policy trained o
 
 1. `factory run SPEC` twice into --work: as it is (`full/`) and with `render.detail: auto`
    (`auto/`, the spec written beside it with its seed demos made absolute). The physics is
-   the same bit for bit (tests/test_render_detail.py), so both hold the same trajectories;
-   only the pixels differ. A dataset already in place is kept (`factory run` resumes).
+   the same bit for bit (tests/simulation/test_render_detail.py), so both hold the same
+   trajectories; only the pixels differ. A dataset already in place is kept (`factory run` resumes).
 2. `factory train-eval DATASET --spec SPEC --policy vla --camera agentview` on each: the
    rollouts always use SPEC, i.e. full detail, from the same evaluation seeds.
 

@@ -8,9 +8,10 @@ cache hit.
     python benchmarks/bench_texture_bank.py --arch sd15 --size 512 --steps 25 --device cuda \
         --images 8
 
-Builds the same randomly initialised pipeline as tests/test_texture_bank.py, tiny or (`--arch
-sd15`) at Stable Diffusion 1.5's full size (nothing is downloaded; random weights cost the
-same arithmetic as trained ones), then in a temporary directory with its own shared cache times:
+Builds the same randomly initialised pipeline as tests/generators/test_texture_bank.py, tiny
+or (`--arch sd15`) at Stable Diffusion 1.5's full size (nothing is downloaded; random weights
+cost the same arithmetic as trained ones), then in a temporary directory with its own shared
+cache times:
 
 - load_s:       `load_texture_pipeline` (offline load from the save_pretrained folder, tiling);
 - fill:         `ensure_texture_bank` making `--images` images (one prompt) from scratch,
@@ -37,11 +38,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests package
 
 from demofactory.generators import texture_bank as tb  # noqa: E402
 from demofactory.generators.params import TextureBankParams  # noqa: E402
-from test_texture_bank import make_random_pipeline  # noqa: E402
+
+from tests.generators.test_texture_bank import make_random_pipeline  # noqa: E402
 
 
 def main() -> None:

@@ -9,7 +9,7 @@
       -> meta/action_spaces.json: relabeler.report() (layout, each space's
          replay check: success rate, pose error)
 
-The dataset format stands alone (tests/test_layers.py): how actions are relabeled (MuJoCo,
+The dataset format stands alone (tests/project/test_layers.py): how actions are relabeled (MuJoCo,
 robosuite controllers) is the caller's (`demofactory.build.action_spaces`); this module only defines
 what
 an export asks of a relabeler and applies it.

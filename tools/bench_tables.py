@@ -10,7 +10,7 @@ docs/benchmarks.md holds the prose; each table sits between `<!-- bench-table: N
 `<!-- /bench-table -->`, NAME the results file's stem. Rewrite the tables after a benchmark run:
 
     python tools/bench_tables.py           # rewrites docs/benchmarks.md
-    python tools/bench_tables.py --check   # exit 1 when the page differs (tests/test_docs.py)
+    python tools/bench_tables.py --check   # exit 1 when the page differs (test_docs.py)
 
 No import of the factory: this reads JSON and writes Markdown.
 """

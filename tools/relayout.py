@@ -15,7 +15,7 @@ What it does, in order (each step idempotent: a second run finds nothing left to
    `from factory import spec_docs` -> `from demofactory.specs import docs as spec_docs`),
    dotted names in strings and prose (`"factory.cli"`, `factory.sim.Scene`), and file paths
    (`factory/sim.py` -> `factory/simulation/scene.py`);
-4. fills tests/test_layers.py's STAGE_ALLOWED (which stage may import which);
+4. fills tests/project/test_layers.py's STAGE_ALLOWED (which stage may import which);
 5. runs tools/join_split_comments.py over the tree, then `ruff check --fix` (import order)
    and `ruff format`.
 
@@ -139,7 +139,7 @@ LIBRARIES: dict[str, str] = {
 }
 
 # Which stage may import which (besides itself and the top: errors, _gl): the direction
-# tests/test_layers.py then keeps. A stage below never imports one above.
+# tests/project/test_layers.py then keeps. A stage below never imports one above.
 STAGE_ALLOWED: dict[str, set[str]] = {
     "specs": set(),
     "robots": {"specs"},
@@ -156,7 +156,7 @@ REWRITE_DIRS = ("factory", "generators", "shards", "cluster", "fileio", "tests",
 REWRITE_MORE = ("examples", "tools", "docs")
 REWRITE_FILES = ("README.md", "Makefile", "mkdocs.yml", "cluster/Dockerfile", "cluster/rayjob.yaml")
 SKIP = {Path("tools/relayout.py")}  # this script names the old layout on purpose
-WHEEL_TEST = Path("tests/test_wheel.py")
+WHEEL_TEST = Path("tests/project/test_wheel.py")
 
 
 def log(actions: list[str], text: str) -> None:
@@ -418,7 +418,7 @@ def _keep_marked(old: str, new: str) -> str:
 # Literal replacements the general rules cannot infer: (file, old, new).
 SPECIAL: tuple[tuple[str, str, str], ...] = (
     (
-        "tests/test_error_tree.py",
+        "tests/project/test_error_tree.py",
         'PACKAGES = ("factory", "generators", "shards", "cluster", "fileio")',
         f'PACKAGES = ("{NAMESPACE}",)  # the libraries are its subpackages',
     ),
@@ -471,7 +471,7 @@ def fill_stage_table(dry: bool, actions: list[str]) -> None:
     if current is not None and eval(current.group(1), {"set": set}) == STAGE_ALLOWED:  # noqa: S307
         return  # filled already (ruff may have laid it out its own way)
     if new != text:
-        log(actions, "tests/test_layers.py: STAGE_ALLOWED filled")
+        log(actions, "tests/project/test_layers.py: STAGE_ALLOWED filled")
         if not dry:
             path.write_text(new)
 

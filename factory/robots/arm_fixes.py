@@ -18,7 +18,7 @@ The repair moves the site to the deepest body above it that no joint moves (IIWA
 `fixed_base_link`), with the pose it had there with every joint at zero, which is IIWA's home
 yaw: the frame at home is unchanged, and it no longer moves. Every other shipped arm already
 has its site on such a body (Panda, Sawyer, UR5e, Kinova3, Jaco: checked by
-`tests/test_arm_fixes.py`), and `install` leaves them alone. Mobile and legged robots are not
+`tests/robots/test_arm_fixes.py`), and `install` leaves them alone. Mobile and legged robots are not
 touched: their arms' frames ride on a moving torso or base by design.
 
 A demo recorded on robosuite's own IIWA keeps its states (a site is not a degree of freedom);

@@ -4,9 +4,10 @@
         ──► Scene.set_physics(recorded draw, or another one) ──► Scene.reset_to(start, placement)
         ──► step each recorded action ──► states [T, N]
 
-Under the recorded draw the states are the episode's own, bit for bit (tests/test_physics.py):
-generation executes each action as the float32 the dataset stores, and the placement and the
-draw are recorded unrounded. Under another draw (`draw=`) they show what that physics changes.
+Under the recorded draw the states are the episode's own, bit for bit
+(tests/simulation/test_physics.py): generation executes each action as the float32 the dataset
+stores, and the placement and the draw are recorded unrounded. Under another draw (`draw=`) they
+show what that physics changes.
 """
 
 from __future__ import annotations

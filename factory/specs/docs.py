@@ -7,7 +7,7 @@
 
 The same walk over the models makes all four, so the help, the JSON Schema that editors use
 (`# yaml-language-server: $schema=./schema.json` atop each spec) and the reference's tables cannot
-disagree; tests/test_spec_schema.py fails when the committed files drift from the models.
+disagree; tests/specs/test_spec_schema.py fails when the committed files drift from the models.
 """
 
 from __future__ import annotations

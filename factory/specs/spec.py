@@ -344,7 +344,7 @@ class SceneSpec(StrictModel):
 
 # Fields added to the schema after datasets were made with it, and their defaults: a field at its
 # default is left out of the fingerprint, so that a dataset made before it existed still resumes
-# (tests/test_spec_fingerprints.py holds the fingerprints of the shipped specs as released).
+# (tests/specs/test_spec_fingerprints.py holds the fingerprints of the shipped specs as released).
 # A path segment ending in "[]" is a list: every element. Add each new field here.
 ADDED_LATER: dict[str, object] = {
     "generation.adr": None,
