@@ -29,26 +29,31 @@ def _int_at_least(lowest: int):
 _positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
-def _load(path: Path, overrides: dict | None = None, out_dir: Path | None = None):
-    """load_spec (pure), the output directory check (cheap), then resolve (builds the env)."""
+def _load(path: Path, overrides: dict | None = None):
+    """load_spec (pure, with the command's --set overrides), the texture model check (cheap),
+    then resolve (builds the env)."""
     from demofactory.seeds.resolve import resolve_spec
 
-    return resolve_spec(_check(path, overrides, out_dir))
+    return resolve_spec(_check(path, overrides))
 
 
 def _check(
-    path: Path, overrides: dict | None = None, out_dir: Path | None = None, truncate: bool = False
+    path: Path,
+    overrides: dict | None = None,
+    out_dir: Path | str | None = None,
+    truncate: bool = False,
+    *,
+    output: bool = False,
 ):
-    """load_spec (pure), the output directory check and the texture model check (cheap)."""
+    """load_spec (pure), the output directory check (`output`: --out, else the spec's
+    output.dir) and the texture model check (cheap)."""
     from demofactory.build.run import check_output_dir
     from demofactory.generators.texture_bank import check_texture_model
     from demofactory.specs.adapters import texture_bank_params
     from demofactory.specs.spec import load_spec
 
     spec = load_spec(path, overrides)
-    target = (
-        (out_dir or spec.output_dir()) if out_dir is not None or overrides is not None else None
-    )
+    target = (out_dir or spec.output_dir()) if output else None
     if isinstance(target, str):  # a store's URL: checked on its local copy, once pulled (run)
         target = None
     if target is not None:

@@ -15,13 +15,13 @@ def cmd_run(args) -> int:
     from demofactory.build.report import format_summary, summarize
     from demofactory.build.run import run_dataset
 
-    overrides = spec_overrides(args, "run")  # --set, and its aliases --attempts, ...
+    overrides = spec_overrides(args)  # --set, and its aliases --attempts, ...
     from demofactory.outputs import Output, check_outputs, spec_files
 
     run_out = [Output("--out", args.out, "dir", store=True, own=True)]
     check_outputs("run", run_out, inputs=spec_files(args.spec), force=None)
     # resolved by run_dataset, while the cluster starts
-    spec = _check(args.spec, overrides, args.out, args.truncate)
+    spec = _check(args.spec, overrides, args.out, args.truncate, output=True)
     if not spec.seed_demos:
         raise SpecError(
             args.spec, "seed_demos", "at least one seed demo file is needed to generate"
@@ -252,12 +252,13 @@ def cmd_seeds(args) -> int:
     from demofactory.outputs import Output, check_outputs, spec_files
     from demofactory.specs.spec import load_spec
 
+    overrides = spec_overrides(args)
     outputs = [Output("--out", args.out, "dir", own=True)]
     check_outputs("seeds", outputs, inputs=spec_files(args.spec), force=None)
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, overrides)
     check_one_robot(spec)
     check_can_create(args.out, "--out")
     check_seeds_dir(args.out, spec.fingerprint())  # before the env is built
-    resolved = _load(args.spec)
+    resolved = _load(args.spec, overrides)
     print(json.dumps(write_seed_dataset(resolved, args.out)))
     return 0

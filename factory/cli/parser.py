@@ -7,7 +7,7 @@ import typing
 from pathlib import Path
 
 from demofactory.cli.common import _location, _non_negative_int, _positive_int
-from demofactory.specs.overrides import ALIASES, add_set_argument
+from demofactory.specs.overrides import SPEC_VERBS, add_set_argument
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,7 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("step", "episode"),
         help="one sample a step or an episode in the shards (overrides output.shard_layout)",
     )
-    add_set_argument(p, ALIASES["run"])
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--truncate",
@@ -247,7 +246,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--demos", type=_positive_int, help="demos to record (overrides script.demos)")
     p.add_argument("--seed", type=_non_negative_int, help="overrides the spec's seed")
-    add_set_argument(p, ALIASES["script"])
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no line per try on stderr")
 
@@ -312,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite --out and --save-policy")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     _add_train_eval_flags(p)
+    for verb in SPEC_VERBS:  # every verb that reads a spec: --set, its flags its aliases
+        add_set_argument(sub.choices[verb], verb)
     return parser
 
 

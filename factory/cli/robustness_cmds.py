@@ -6,6 +6,7 @@ import json
 import sys
 
 from demofactory.errors import UserError
+from demofactory.specs.overrides import spec_overrides
 
 
 def cmd_calibrate(args) -> int:
@@ -14,6 +15,7 @@ def cmd_calibrate(args) -> int:
     from demofactory.outputs import Output, check_outputs, spec_files
     from demofactory.robustness.calibrate_run import run_calibration
 
+    overrides = spec_overrides(args)
     out = Output("--out", args.out)
     check_outputs("calibrate", [out], force=args.force)  # a URL refused before .with_suffix
     report = args.report or args.out.with_suffix(".html")
@@ -35,6 +37,7 @@ def cmd_calibrate(args) -> int:
         max_steps=args.max_steps,
         max_iters=args.max_iters,
         log=None if args.quiet else sys.stderr,
+        overrides=overrides,
     )
     half = {k: v if math.isfinite(v) else None for k, v in result.half_widths.items()}  # JSON
     summary = {
@@ -50,16 +53,17 @@ def cmd_divergence(args) -> int:
     from demofactory.robustness.divergence_run import score_dataset, summary_text
     from demofactory.specs.spec import load_spec, load_stored_spec
 
+    overrides = spec_overrides(args)
     if isinstance(args.dataset, str):  # a URL: the scores are written into the dataset
         raise UserError(
             f"{args.dataset}: `factory divergence` writes scores into the dataset's own files, "
             "which it does on a local folder only; expected a local dataset directory"
         )
     if args.spec is not None:
-        spec = load_spec(args.spec)
+        spec = load_spec(args.spec, overrides)
     else:  # the spec the dataset records (dataset_info.json), its paths against the cwd
         info = require_dataset_info(args.dataset, "or pass --spec")
-        spec = load_stored_spec(info, args.dataset / "dataset_info.json")
+        spec = load_stored_spec(info, args.dataset / "dataset_info.json", overrides)
     summary = score_dataset(
         args.dataset,
         spec,

@@ -15,8 +15,9 @@ def cmd_collect(args) -> int:
     from demofactory.seeds.script import check_output
     from demofactory.specs.spec import load_spec
 
+    overrides = spec_overrides(args)
     check_output(args.out, args.force, command="collect", spec_path=args.spec)
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, overrides)
     lengths = collect(
         spec,
         args.out,
@@ -34,6 +35,12 @@ def cmd_annotate(args) -> int:
     from demofactory.seeds.suggest_spec import DEMO_SUFFIXES
 
     times = _replay_count(args.replay) if args.replay is not None else None
+    overrides = spec_overrides(args)
+    if args.suggest and overrides:
+        raise UserError(
+            f"{overrides.option(next(iter(overrides)))}: --suggest reads the seed demos alone, "
+            "not a spec's fields; expected no --set with --suggest"
+        )
     if args.plot is not None and (args.suggest or times is not None):
         raise UserError("--plot: draws the annotation's timeline; not with --suggest or --replay")
     if args.plot is not None:
@@ -53,8 +60,8 @@ def cmd_annotate(args) -> int:
             f"(factory annotate --suggest {args.spec})"
         )
     if times is not None:
-        return _annotate_replay(args, times)
-    resolved = _load(args.spec)
+        return _annotate_replay(args, times, overrides)
+    resolved = _load(args.spec, overrides)
     spec = resolved.spec
     report, plots = [], []
     for demo in resolved.demos:
@@ -126,13 +133,13 @@ def _annotate_suggest(args) -> int:
     return 1 if found.problems else 0
 
 
-def _annotate_replay(args, times: int) -> int:
+def _annotate_replay(args, times: int, overrides: dict) -> int:
     """`annotate --replay N`: per demo and segment, N replays at its own start; exit 1 when a
     demo is FLAGGED (the check ran and found a bad seed: not bad input, which is 2)."""
     from demofactory.seeds.replay_check import format_replays, replay_demos
     from tqdm import tqdm
 
-    resolved = _load(args.spec)
+    resolved = _load(args.spec, overrides)
     if not resolved.demos:
         raise SpecError(args.spec, "seed_demos", "no seed demos to replay")
     total = len(resolved.demos) * times
@@ -165,7 +172,7 @@ def cmd_script(args) -> int:
 
     check_output(args.out, args.force, spec_path=args.spec)  # the output rule first: cheap
 
-    overrides = spec_overrides(args, "script")  # --set, and its aliases --seed, ...
+    overrides = spec_overrides(args)  # --set, and its aliases --seed, ...
     demos = overrides.pop("script.demos", None)  # applied once the spec is known to script
     spec = load_spec(args.spec, overrides)
     if spec.script is None:

@@ -5,18 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from demofactory.cli.common import _control, _load
+from demofactory.specs.overrides import spec_overrides
 
 
 def cmd_validate(args) -> int:
     from demofactory.outputs import Output, check_outputs, spec_files
 
+    overrides = spec_overrides(args)
     check_outputs(
         "validate",
         [Output("--still", args.still, "dir")],
         inputs=spec_files(args.spec),
         force=args.force,
     )
-    resolved = _load(args.spec)
+    resolved = _load(args.spec, overrides)
     spec = resolved.spec
     ends = ", ".join(f"{d.demo.name}: {list(d.subtask_ends)}" for d in resolved.demos)
     cams = ", ".join(f"{c.name} {c.width}x{c.height}" for c in spec.cameras) or "none"

@@ -7,6 +7,7 @@ import sys
 
 from demofactory.cli.common import _load, _reading, _shown_in
 from demofactory.errors import UserError
+from demofactory.specs.overrides import spec_overrides
 
 
 def cmd_train_eval(args) -> int:
@@ -14,6 +15,7 @@ def cmd_train_eval(args) -> int:
     from demofactory.train.train_eval import train_eval
     from pydantic import ValidationError
 
+    overrides = spec_overrides(args)
     values = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     try:
         config = TrainEvalConfig(**values)
@@ -29,7 +31,7 @@ def cmd_train_eval(args) -> int:
     with _reading(args.dataset) as snapshot:  # trained on one consistent view, to the end
         if not (snapshot / "manifest.json").is_file():
             raise UserError(f"{args.dataset}: not a dataset (no manifest.json)")
-        resolved = _load(args.spec)
+        resolved = _load(args.spec, overrides)
         log = (
             (lambda line: None)
             if args.quiet

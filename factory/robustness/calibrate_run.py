@@ -33,6 +33,7 @@ def run_calibration(
     max_steps: int | None = None,
     max_iters: int = 30,
     log: TextIO | None = None,
+    overrides: dict | None = None,
 ) -> Calibration:
     """Check everything (params, spec, recordings, targets), fit, then write `out` and `report`.
 
@@ -40,7 +41,7 @@ def run_calibration(
     no file behind.
     """
     choices = parse_params(param_tokens)
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, overrides)  # the command's --set
     try:
         scene = Scene(spec)
     except SpecError:

@@ -1,17 +1,19 @@
-"""`--set PATH=VALUE`: the one way a command line overrides a spec field.
+"""`--set PATH=VALUE`: the one way a command line overrides a spec field, on every verb that
+reads a spec (`SPEC_VERBS`).
 
     factory run scene_specs/lift.yaml --set generation.attempts=20 --set seed=3 \\
         --set 'physics.mass={cube: [0.8, 1.2]}'
+    factory validate scene_specs/lift.yaml --set task.robot=UR5e
 
 PATH is the field's dotted path as the YAML nests it (`factory spec-help` lists them); VALUE is
 parsed as YAML (`20` an int, `[0.8, 1.2]` a list, `true`, `null`, `'20'` a string). The
 overrides are applied to the spec's YAML before it is validated
-(`demofactory.specs.spec.load_spec`), so a
-bad value fails exactly as it would in the file.
+(`demofactory.specs.spec.load_spec`), so a bad value fails exactly as it would in the file, in
+one line that also names the option that set it.
 
-The older per-field flags are aliases of it: `ALIASES` maps each flag (its argparse dest) to its
-path, and `spec_overrides` turns both into the same dotted-key mapping. A flag and a `--set` of
-the same path that disagree are refused.
+The older per-field flags are aliases of it: `SPEC_VERBS` maps each verb's flags (their argparse
+dests) to their paths, and `spec_overrides` turns flags and `--set`s alike into one `Overrides`
+mapping. A flag and a `--set` of the same path that disagree are refused.
 """
 
 from __future__ import annotations
@@ -27,16 +29,38 @@ from demofactory.errors import UserError
 if typing.TYPE_CHECKING:
     from pydantic import BaseModel
 
-# verb -> {flag dest: spec path}; the flags keep their own checks (type, choices) and help.
-ALIASES: dict[str, dict[str, str]] = {
+# Every verb that reads a spec -> its alias flags {flag dest: spec path}; the flags keep their
+# own checks (type, choices) and help. `divergence` reads the dataset's stored spec without
+# --spec: its --set applies to that one.
+SPEC_VERBS: dict[str, dict[str, str]] = {
+    "validate": {},
+    "annotate": {},
     "run": {
         "attempts": "generation.attempts",
         "seed": "seed",
         "successes": "generation.target_successes",
         "shard_layout": "output.shard_layout",
     },
+    "seeds": {},
     "script": {"seed": "seed", "demos": "script.demos"},
+    "collect": {},
+    "calibrate": {},
+    "divergence": {},
+    "train-eval": {},
 }
+ALIASES = {verb: aliases for verb, aliases in SPEC_VERBS.items() if aliases}
+
+
+class Overrides(dict):
+    """Dotted path -> value, and `given`: the option that set each path (`--attempts 7`,
+    `--set seed=3`), which an error about that path names."""
+
+    def __init__(self, values=(), given: Mapping[str, str] | None = None):
+        super().__init__(values)
+        self.given = dict(given or {})
+
+    def option(self, path: str) -> str:
+        return self.given.get(path, f"--set {path}={self[path]}")
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
@@ -62,8 +86,9 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     return path, parsed
 
 
-def add_set_argument(parser: argparse.ArgumentParser, aliases: Mapping[str, str]) -> None:
-    """`--set PATH=VALUE`, repeatable; `aliases` (flag dest -> path) are named in its help."""
+def add_set_argument(parser: argparse.ArgumentParser, verb: str) -> None:
+    """`--set PATH=VALUE`, repeatable; the verb's aliases (flag dest -> path) named in its help."""
+    aliases = SPEC_VERBS[verb]
     named = ", ".join(f"--{dest.replace('_', '-')} ({path})" for dest, path in aliases.items())
     parser.add_argument(
         "--set",
@@ -73,15 +98,17 @@ def add_set_argument(parser: argparse.ArgumentParser, aliases: Mapping[str, str]
         type=parse_assignment,
         metavar="PATH=VALUE",
         help="override any spec field: PATH its dotted name (factory spec-help), VALUE parsed as "
-        f"YAML; repeatable. The flags {named} are aliases of it",
+        "YAML; repeatable" + (f". The flags {named} are aliases of it" if named else ""),
     )
 
 
-def spec_overrides(args: argparse.Namespace, verb: str) -> dict[str, Any]:
-    """The dotted-key overrides of `args`: its alias flags that were given, then each `--set`
-    (checked against the spec's fields as far as they are models)."""
+def spec_overrides(args: argparse.Namespace, verb: str | None = None) -> Overrides:
+    """The dotted-key overrides of `args` (for `verb`, by default the parsed command): its alias
+    flags that were given, then each `--set` (checked against the spec's fields as far as they
+    are models)."""
+    verb = verb or args.command
     found: dict[str, tuple[str, Any]] = {}  # path -> (the option that set it, value)
-    for dest, path in ALIASES[verb].items():
+    for dest, path in SPEC_VERBS[verb].items():
         value = getattr(args, dest, None)
         if value is not None:
             found[path] = (f"--{dest.replace('_', '-')} {value}", value)
@@ -91,7 +118,10 @@ def spec_overrides(args: argparse.Namespace, verb: str) -> dict[str, Any]:
         if path in found and found[path][1] != value:
             raise UserError(f"{found[path][0]} and {given} disagree; give one of them")
         found[path] = (given, value)
-    return {path: value for path, (_, value) in found.items()}
+    return Overrides(
+        {path: value for path, (_, value) in found.items()},
+        {path: option for path, (option, _) in found.items()},
+    )
 
 
 def _spec_model() -> type[BaseModel]:
@@ -103,14 +133,21 @@ def _spec_model() -> type[BaseModel]:
 
 
 def check_path(model: type[BaseModel], path: str) -> None:
-    """A UserError when `path` names a field that `model` (and the models it nests) lacks.
+    """A UserError when `path` names a field that `model` (and the models it nests) lacks, or
+    goes below a field that holds a plain value (`generation.attempts.x`).
 
     Checked as far as the fields are models: below a mapping, a list or a union of several
     models, the spec's own validation checks the rest."""
     current: type[BaseModel] | None = model
+    annotation: Any = model
     done = []
     for part in path.split("."):
         if current is None:
+            if _is_plain(annotation):
+                raise UserError(
+                    f"--set {path}: {'.'.join(done)} holds a value ({_kind(annotation)}), not "
+                    f"fields; expected --set {'.'.join(done)}=VALUE"
+                )
             return
         fields = current.model_fields
         if part not in fields:
@@ -120,7 +157,23 @@ def check_path(model: type[BaseModel], path: str) -> None:
                 f"{', '.join(sorted(fields))}"
             )
         done.append(part)
-        current = _model_of(fields[part].annotation)
+        annotation = fields[part].annotation
+        current = _model_of(annotation)
+
+
+def _is_plain(annotation: Any) -> bool:
+    """A field of scalars only (int, float, str, bool, a Literal, optional or not): nothing
+    can sit below it."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return bool(args) and all(_is_plain(a) for a in args)
+    if typing.get_origin(annotation) is typing.Literal:
+        return True
+    return annotation in (int, float, str, bool)
+
+
+def _kind(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

@@ -34,6 +34,7 @@ import copy
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -411,9 +412,26 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> SceneSpec:
     if overrides:  # the file's own values first: a flag must not hide a bad one (attempts: -5)
         own = copy.deepcopy(raw)
         validate_raw_spec(own, path)
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
-    return validate_raw_spec(raw, path)
+    try:
+        for dotted, value in (overrides or {}).items():
+            _set_dotted(raw, dotted, value, path)
+        return validate_raw_spec(raw, path)
+    except SpecError as err:
+        raise _naming_option(err, overrides) from None
+
+
+def _naming_option(err: SpecError, overrides: Mapping | None, prefix: str = "") -> SpecError:
+    """`err` naming the command-line option behind the field it is about (`--set seed=-1`,
+    `--attempts 0`), or, when it is about another field, the options given with the file."""
+    if not overrides:
+        return err
+    given = getattr(overrides, "given", {})
+    options = {path: given.get(path, f"--set {path}={value}") for path, value in overrides.items()}
+    fields = [f.removeprefix(prefix) for f in err.field.split(", ")] if err.field else []
+    for path, option in options.items():
+        if any(f == path or f.startswith((f"{path}.", f"{path}[")) for f in fields):
+            return SpecError(err.where, err.field, f"{err.message} (from {option})")
+    return SpecError(err.where, err.field, f"{err.message} (with {', '.join(options.values())})")
 
 
 def validate_raw_spec(raw: dict, path: str | Path) -> SceneSpec:
@@ -428,21 +446,36 @@ def validate_raw_spec(raw: dict, path: str | Path) -> SceneSpec:
     return spec
 
 
-def load_stored_spec(info: dict, where: str | Path) -> SceneSpec:
+def load_stored_spec(info: dict, where: str | Path, overrides: Mapping | None = None) -> SceneSpec:
     """The spec a dataset was made from, as its dataset_info.json (`where`) stores it: `spec`, a
     full `model_dump(mode="json")` (`demofactory.build.run.dataset_info`), validated again;
     SpecError
     naming `where` and the field (``spec.script.waypoints[1]``) otherwise.
 
     The spec file is not stored: relative paths in it (seed demos, meshes) resolve against the
-    working directory (`SceneSpec.resolve_path`)."""
+    working directory (`SceneSpec.resolve_path`).
+
+    `overrides` (dotted keys, as `load_spec` takes them) apply to the stored spec once it
+    validates as stored."""
     stored = info.get("spec")
     if not isinstance(stored, dict):
         raise SpecError(where, "spec", f"expected the spec as a JSON object, got {stored!r}")
     try:
-        return SceneSpec.model_validate(stored)
+        spec = SceneSpec.model_validate(stored)
     except ValidationError as err:
         raise SpecError(where, *_describe(err, prefix="spec.")) from None
+    if not overrides:
+        return spec
+    raw = copy.deepcopy(stored)
+    try:
+        for dotted, value in overrides.items():
+            _set_dotted(raw, dotted, value, where)
+        try:
+            return SceneSpec.model_validate(raw)
+        except ValidationError as err:
+            raise SpecError(where, *_describe(err, prefix="spec.")) from None
+    except SpecError as err:
+        raise _naming_option(err, overrides, prefix="spec.") from None
 
 
 def load_raw_spec(path: str | Path) -> dict:
@@ -584,13 +617,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _set_dotted(raw: dict, dotted: str, value) -> None:
+def _set_dotted(raw: dict, dotted: str, value, where: str | Path) -> None:
+    """`raw[a][b][c] = value` for `a.b.c`, the sections made when the file leaves them out (or
+    null); a SpecError when the path goes below a value (the file was validated first)."""
     *parents, leaf = dotted.split(".")
-    node = raw
+    node, done = raw, []
     for key in parents:
-        node = node.setdefault(key, {})
+        done.append(key)
+        if node.get(key) is None:
+            node[key] = {}
+        node = node[key]
         if not isinstance(node, dict):
-            return  # e.g. `generation: 5`: validation reports that section, not a stray key
+            raise SpecError(
+                where,
+                ".".join(done),
+                f"holds {node!r}, not fields; expected {'.'.join(done)}=VALUE, not {dotted}=VALUE",
+            )
     node[leaf] = value
 
 

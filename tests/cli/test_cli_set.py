@@ -1,6 +1,6 @@
-"""`--set PATH=VALUE` (demofactory.specs.overrides): one override mechanism; the per-field flags of
-`run` and
-`script` are its aliases and give the same spec."""
+"""`--set PATH=VALUE` (demofactory.specs.overrides): one override mechanism on every verb that
+reads a spec; the per-field flags of `run` and `script` are its aliases and give the same spec;
+a bad path or value is one line naming the option, the path and what was expected."""
 
 from __future__ import annotations
 
@@ -8,11 +8,18 @@ import argparse
 
 import pytest
 from demofactory.cli.main import build_parser, main
-from demofactory.errors import UserError
-from demofactory.specs.overrides import ALIASES, check_path, parse_assignment, spec_overrides
-from demofactory.specs.spec import SceneSpec, load_spec
+from demofactory.errors import SpecError, UserError
+from demofactory.specs.overrides import (
+    ALIASES,
+    SPEC_VERBS,
+    Overrides,
+    check_path,
+    parse_assignment,
+    spec_overrides,
+)
+from demofactory.specs.spec import SceneSpec, load_spec, load_stored_spec
 
-from tests.conftest import SPECS
+from tests.conftest import DEMOS, SPECS
 
 LIFT = SPECS / "lift.yaml"
 
@@ -116,3 +123,112 @@ def test_through_the_cli_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "generation.attempts" in err[0]
     assert not out.exists()  # nothing written
+
+
+# --- every verb that reads a spec ---------------------------------------------------------------
+# The least each verb needs besides its spec, so that its parser accepts the line.
+VERB_ARGS = {
+    "validate": [str(LIFT)],
+    "annotate": [str(LIFT)],
+    "run": [str(LIFT)],
+    "seeds": [str(LIFT), "--out", "o"],
+    "script": [str(SPECS / "pick_place_can.yaml"), "--out", "o.hdf5"],
+    "collect": [str(LIFT), "--out", "o.hdf5"],
+    "calibrate": [str(LIFT), "--recordings", "r.hdf5", "--params", "kp", "--out", "o.yaml"],
+    "divergence": ["dataset", "--spec", str(LIFT)],
+    "train-eval": ["dataset", "--spec", str(LIFT)],
+}
+
+
+def test_every_verb_that_reads_a_spec_takes_set():
+    assert set(VERB_ARGS) == set(SPEC_VERBS)
+    parse = build_parser().parse_args
+    for verb, rest in VERB_ARGS.items():
+        args = parse([verb, *rest, "--set", "seed=9", "--set", "generation.attempts=3"])
+        found = spec_overrides(args)
+        assert found == {"seed": 9, "generation.attempts": 3}, verb
+        assert found.option("seed") == "--set seed=9"
+        spec = load_spec(LIFT, found)
+        assert (spec.seed, spec.generation.attempts) == (9, 3)
+    # the verbs that read no spec have none
+    for argv in (["verify", "d"], ["inspect", "d"], ["preview", "d"], ["spec-help"]):
+        with pytest.raises(SystemExit):
+            parse([*argv, "--set", "seed=9"])
+
+
+def test_an_alias_is_named_as_given_in_an_error_about_its_field(tmp_path):
+    parse = build_parser().parse_args
+    args = parse(["run", str(LIFT), "--attempts", "7", "--set", "task.horizon=0"])
+    found = spec_overrides(args)
+    assert found.option("generation.attempts") == "--attempts 7"
+    with pytest.raises(SpecError) as caught:
+        load_spec(LIFT, found)
+    text = str(caught.value)
+    assert "task.horizon" in text and text.endswith("(from --set task.horizon=0)")
+
+
+def test_a_path_below_a_value_is_refused():
+    with pytest.raises(UserError, match=r"--set seed\.x: seed holds a value \(int\), not fields"):
+        check_path(SceneSpec, "seed.x")
+    with pytest.raises(UserError, match=r"generation\.attempts holds a value"):
+        check_path(SceneSpec, "generation.attempts.x")
+
+
+def test_the_stored_spec_takes_the_same_overrides():
+    stored = {"spec": load_spec(LIFT).model_dump(mode="json")}
+    found = Overrides({"seed": 11, "generation.attempts": 2})
+    spec = load_stored_spec(stored, "ds/dataset_info.json", found)
+    assert (spec.seed, spec.generation.attempts) == (11, 2)
+    assert load_stored_spec(stored, "ds/dataset_info.json").seed == load_spec(LIFT).seed
+    with pytest.raises(SpecError) as caught:
+        load_stored_spec(stored, "ds/dataset_info.json", Overrides({"generation.attempts": -1}))
+    text = str(caught.value)
+    assert text.startswith("ds/dataset_info.json: spec.generation.attempts: ")
+    assert text.endswith("(from --set generation.attempts=-1)")
+
+
+# Through the real CLI: a bad --set is one line naming the option, the path and what was
+# expected, exit 2, before anything is read or built (no env: these run in the pure selection).
+BAD_PATH = ["--set", "generation.atempts=3"]
+BAD_VALUE = ["--set", "generation.attempts=-1"]
+
+
+@pytest.mark.parametrize(
+    "verb", ["validate", "annotate", "seeds", "collect", "calibrate", "divergence", "train-eval"]
+)
+def test_through_the_cli_a_bad_path_is_one_line_for_each_verb(verb, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the outputs named in VERB_ARGS would land here
+    assert main([verb, *VERB_ARGS[verb], *BAD_PATH]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: --set generation.atempts: no field 'atempts' under generation")
+    assert "expected one of:" in err[0] and "attempts" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("verb", ["validate", "seeds"])
+def test_through_the_cli_a_bad_value_names_the_option(verb, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([verb, *VERB_ARGS[verb], *BAD_VALUE]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"error: {LIFT}: generation.attempts: ")
+    assert err[0].endswith("(from --set generation.attempts=-1)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_suggest_refuses_set_in_one_line(capsys):
+    demo = str(DEMOS / "lift_panda_1demo_robosuite100.hdf5")
+    assert main(["annotate", "--suggest", demo, "--set", "seed=3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: --set seed=3: --suggest reads the seed demos alone, not a spec's fields; "
+        "expected no --set with --suggest"
+    ]
+
+
+@pytest.mark.sim
+def test_validate_reports_the_spec_as_overridden(capsys):
+    assert main(["validate", str(LIFT), "--set", "cameras=[]"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"ok: {LIFT}: ") and "cameras: none" in out
