@@ -99,4 +99,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import run  # benchmarks/_common.py: --json-out PATH
+
+    run(main)

@@ -227,6 +227,36 @@ def quantile_errors(dataset: Path | None) -> dict:
     }
 
 
+def table(report: dict) -> tuple[list[str], list[list[str]]]:
+    """docs/benchmarks.md's table of one run (written with `--json-out`, benchmarks/_common.py)."""
+
+    def seconds(value: float) -> str:
+        return f"{value:.0f} s" if value >= 100 else f"{value:.1f} s"
+
+    rows = []
+    for run in report["runs"]:
+        driver, record = run["driver_ms_per_shard"], run["record_ms_per_shard"]
+        rows.append(
+            [
+                f"{run['shards']:,}",
+                f"{driver:.2f} ({record:.2f} + {driver - record:.2f})",
+                seconds(run["finish_s"]),
+                f"{run['peak_rss_mb']:,.0f} MB",
+            ]
+        )
+    for run in report["old_recorder"]:
+        rows.append(
+            [
+                f"old recorder, {run['shards']:,}",
+                f"{run['driver_ms_per_shard']:.2f}",
+                seconds(run["finish_s"]),
+                f"{run['peak_rss_mb']:,.0f} MB",
+            ]
+        )
+    columns = ["shards", "driver ms a shard (record + finish)", "finish"]
+    return [*columns, "peak memory of the process"], rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shards", default="1000,10000,100000", help="sizes, comma-separated")
@@ -276,4 +306,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import run  # benchmarks/_common.py: --json-out PATH
+
+    run(main, table)

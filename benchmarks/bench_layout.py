@@ -84,6 +84,22 @@ def run_loader(root: Path) -> int:
     return sum(1 for _ in make_loader(root, normalization="mean_std"))
 
 
+def table(result: dict) -> tuple[list[str], list[list[str]]]:
+    """docs/benchmarks.md's table of one run (written with `--json-out`, benchmarks/_common.py)."""
+    count = len(result["camera_names"])
+    cameras = "one camera" if count == 1 else f"{count} cameras"
+    rows = []
+    for kind, name in (("lowdim", "low-dimensional"), ("cameras", cameras)):
+        row = result[kind]
+        for what, key, ratio in (
+            ("bytes a step", "bytes_per_step", "bytes_ratio"),
+            ("loader steps/s", "steps_per_s", "steps_per_s_ratio"),
+        ):
+            step, episode = row["step"][key], row["episode"][key]
+            rows.append([f"{name}, {what}", f"{step:,.0f}", f"{episode:,.0f}", f"{row[ratio]:.2f}"])
+    return ["", "step layout", "episode layout", "ratio"], rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--source", type=Path, default=Path("out/lift_img"))
@@ -142,4 +158,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import run  # benchmarks/_common.py: --json-out PATH
+
+    run(main, table)

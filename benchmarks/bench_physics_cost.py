@@ -83,4 +83,6 @@ if __name__ == "__main__":
     from demofactory.robots import repairs as robot_repairs
 
     robot_repairs.install()  # before any env is built, as the CLI does
-    main()
+    from _common import run  # benchmarks/_common.py: --json-out PATH
+
+    run(main)
