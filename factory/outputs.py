@@ -144,23 +144,29 @@ def _check_writable(path: Path, out: Output, force: bool | None) -> None:
         if not os.access(folder, os.W_OK | os.X_OK):
             raise UserError(f"{path}: {out.flag}: cannot write into {folder} (permission denied)")
         return
+    if path.is_dir() and not out.own and any(path.iterdir()) and not force:
+        raise UserError(
+            f"{path}: {out.flag}: exists and is not empty; expected a new or empty folder{hint}"
+        )
+    check_can_create(path, out.flag)
+
+
+def check_can_create(path: Path, flag: str) -> None:
+    """A UserError unless `path` is a directory this process can write into, or could be made
+    one: its nearest existing ancestor a directory this process can write into."""
     if path.exists():
         if not path.is_dir():
-            raise UserError(f"{path}: {out.flag}: exists and is not a directory")
-        if not out.own and any(path.iterdir()) and not force:
-            raise UserError(
-                f"{path}: {out.flag}: exists and is not empty; expected a new or empty folder{hint}"
-            )
+            raise UserError(f"{path}: {flag}: exists and is not a directory")
         if not os.access(path, os.W_OK | os.X_OK):
-            raise UserError(f"{path}: {out.flag}: not writable (permission denied)")
+            raise UserError(f"{path}: {flag}: not writable (permission denied)")
         return
     ancestor = path.parent
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise UserError(f"{path}: {out.flag}: cannot be created, {ancestor} is not a directory")
+        raise UserError(f"{path}: {flag}: cannot be created, {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError(f"{path}: {out.flag}: cannot be created in {ancestor} (permission denied)")
+        raise UserError(f"{path}: {flag}: cannot be created in {ancestor} (permission denied)")
 
 
 @contextlib.contextmanager

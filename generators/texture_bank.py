@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from demofactory.fileio import (
+from demofactory.generators.errors import TextureBankError, TextureModelError
+from demofactory.generators.params import TextureBankParams
+from demofactory.shards.fileio import (
     DatasetError,
     atomic_output,
     dumps_json,
@@ -44,8 +46,6 @@ from demofactory.fileio import (
     sha256_file,
     write_text_atomic,
 )
-from demofactory.generators.errors import TextureBankError, TextureModelError
-from demofactory.generators.params import TextureBankParams
 from PIL import Image
 from tqdm import tqdm
 

@@ -46,7 +46,7 @@ import numpy as np
 
 # The dataset format's files are written and read through these (imported from here by the
 # other shards modules too).
-from demofactory.fileio import (  # noqa: F401
+from demofactory.shards.fileio import (  # noqa: F401
     DatasetError,
     atomic_output,
     dumps_json,

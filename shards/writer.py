@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from demofactory.fileio import sha256_file
 from demofactory.shards.embodiment_stats import embodiment_rows
+from demofactory.shards.fileio import sha256_file
 from demofactory.shards.format import (
     ACTION_KEY,
     META_KEY,

@@ -30,7 +30,7 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = ("factory", "generators", "shards", "cluster", "fileio", "tests", "benchmarks", "tools")
+DEFAULT = ("factory", "generators", "shards", "cluster", "tests", "benchmarks", "tools")
 LINE_LENGTH = 100
 SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)
 HEADERS = (ast.If, ast.While)  # joined up to the colon of their test

@@ -151,7 +151,7 @@ TABLE = {
 }
 
 # Where a moved file may be named. Folders are searched for these suffixes; files as they are.
-REWRITE_DIRS = ("factory", "generators", "shards", "cluster", "fileio", "tests", "benchmarks")
+REWRITE_DIRS = ("factory", "generators", "shards", "cluster", "tests", "benchmarks")
 REWRITE_DIRS += ("tools", "docs", "examples", ".ci", "scene_specs")
 REWRITE_FILES = ("README.md", "Makefile", "pyproject.toml", "mkdocs.yml")
 SUFFIXES = (".py", ".md", ".yml", ".yaml", ".toml", ".sh", ".txt", ".cfg", ".ini")

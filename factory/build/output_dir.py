@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from demofactory.errors import UserError
+from demofactory.outputs import check_can_create
 from demofactory.shards import DatasetError, load_dataset_info, load_manifest, shards_dir
 from demofactory.shards.format import (
     DATASET_INFO_FILENAME,
@@ -59,24 +60,6 @@ def require_dataset_info(dataset_dir: Path, advice: str = "") -> dict:
     if info is None:
         raise UserError(f"{dataset_dir}: not a demofactory dataset (no dataset_info.json){tail}")
     return info
-
-
-def check_can_create(path: Path, what: str) -> None:
-    """A UserError unless `path` is a directory, or could be made one: its nearest existing
-    ancestor must be a directory this process can write into."""
-    if path.exists():
-        if not path.is_dir():
-            raise UserError(f"{path}: {what}: exists and is not a directory")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise UserError(f"{path}: {what}: not writable (permission denied)")
-        return
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UserError(f"{path}: {what}: cannot be created, {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{path}: {what}: cannot be created in {parent} (permission denied)")
 
 
 def _holds_nothing(out_dir: Path) -> bool:

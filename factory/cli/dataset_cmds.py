@@ -247,9 +247,8 @@ def _coverage_text(found: dict) -> str:
 
 
 def cmd_seeds(args) -> int:
-    from demofactory.build.output_dir import check_can_create
     from demofactory.build.seed_dataset import check_one_robot, check_seeds_dir, write_seed_dataset
-    from demofactory.outputs import Output, check_outputs, spec_files
+    from demofactory.outputs import Output, check_can_create, check_outputs, spec_files
     from demofactory.specs.spec import load_spec
 
     overrides = spec_overrides(args)

@@ -25,7 +25,7 @@ from demofactory.shards.format import DatasetError
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("demofactory",)  # the libraries are its subpackages
-LIBRARIES = ("generators", "shards", "cluster", "fileio")
+LIBRARIES = ("generators", "shards", "cluster")
 
 
 def package_of(module: str) -> str:

@@ -1,8 +1,10 @@
 """Imports go one way: `factory/` (the orchestrator) uses the libraries, never the reverse.
 
-    factory ──► generators ──► fileio      (the texture bank writes files as datasets do)
-       ├──────► shards ──────► fileio      (atomic writes, JSON, sha256: imports nothing)
-       └──► cluster                        (handed what to run; imports no other package)
+    factory ──► generators ──► shards.fileio   (the texture bank writes files as datasets do:
+       │                                         that module of shards/, nothing else of it)
+       ├──────► shards                         (the dataset format; shards/fileio.py, atomic
+       │                                         writes, JSON, sha256, imports nothing)
+       └──► cluster                            (handed what to run; imports no other package)
 
 Every .py file of the libraries is parsed (not imported): imports at any depth count, those
 inside functions and under `if TYPE_CHECKING:` included, and so do module names given to
@@ -22,7 +24,7 @@ import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARIES = ("generators", "shards", "cluster", "fileio")
+LIBRARIES = ("generators", "shards", "cluster")
 PACKAGES = ("factory", *LIBRARIES)
 # import name -> repository folder, as the wheel maps them (pyproject's package-dir); empty when
 # each folder is imported under its own name.
@@ -52,17 +54,19 @@ def import_name(dotted: str) -> str:
     return dotted
 
 
-# What each library may import of the project's packages (itself always).
+# What each library may import of the project's packages (itself always): a library, or one
+# module of it ("shards.fileio": that module, nothing else of shards/).
 ALLOWED = {
-    "generators": {"fileio"},  # the texture bank writes and checks its files as datasets do
-    "shards": {"fileio"},  # the dataset format: a reader needs nothing else
+    "generators": {"shards.fileio"},  # the texture bank writes and checks files as datasets do
+    "shards": set(),  # the dataset format: a reader needs nothing else
     "cluster": set(),  # Ray plumbing: it is handed what to run
-    "fileio": set(),  # whole-or-nothing files, JSON, sha256
 }
+# Modules another library may import: they import nothing of the project's packages.
+STANDALONE = ("shards/fileio.py",)
 
 
 # factory/'s stages (its subpackages) -> the stages each may import (the top: errors, _gl,
-# always). Filled by tools/relayout.py when factory/ is split into subpackages; empty before.
+# outputs, always). The one table of them.
 STAGE_ALLOWED: dict[str, set[str]] = {
     "specs": set(),
     "robots": {"specs"},
@@ -105,13 +109,26 @@ def _files(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
+def folder_dotted(module: str) -> str:
+    """An import name as its folder-based dotted name (`demofactory.shards.fileio` ->
+    `shards.fileio`)."""
+    for name in sorted(PACKAGE_DIR, key=len, reverse=True):
+        if module == name or module.startswith(name + "."):
+            return PACKAGE_DIR[name] + module[len(name) :]
+    return module
+
+
+def _allows(allowed: set[str], module: str) -> bool:
+    dotted = folder_dotted(module)
+    return any(dotted == a or dotted.startswith(a + ".") for a in allowed)
+
+
 def _violations(library: str) -> list[str]:
     allowed = {library, *ALLOWED[library]}
     bad = []
     for path in _files(library):
         for line, module in imported_modules(path):
-            top = folder_of(module)
-            if top in PACKAGES and top not in allowed:
+            if folder_of(module) in PACKAGES and not _allows(allowed, module):
                 bad.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
     return bad
 
@@ -126,10 +143,29 @@ def test_a_library_imports_nothing_of_factory_nor_of_a_library_above_it(library)
 
 
 def test_the_allowed_library_imports_have_no_cycle():
-    # generators -> shards is allowed, so shards -> generators must not be (and so on).
+    # generators -> shards.fileio is allowed, so shards -> generators must not be (and so on).
     for library, uses in ALLOWED.items():
         for other in uses:
-            assert library not in ALLOWED[other], f"{library} <-> {other} would be a cycle"
+            top = other.split(".")[0]
+            assert not _allows(ALLOWED[top], library), f"{library} <-> {other} would be a cycle"
+
+
+@pytest.mark.parametrize("module", STANDALONE)
+def test_a_module_other_libraries_may_import_imports_nothing_of_the_project(module):
+    found = [
+        f"{module}:{line}: imports {name}"
+        for line, name in imported_modules(ROOT / module)
+        if folder_of(name) in PACKAGES
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_checker_allows_one_module_and_not_its_package():
+    assert _allows({"shards.fileio"}, "demofactory.shards.fileio")
+    assert not _allows({"shards.fileio"}, "demofactory.shards")  # `from demofactory.shards import`
+    assert not _allows({"shards.fileio"}, "demofactory.shards.writer")
+    assert not _allows({"shards.fileio"}, "demofactory.shards.fileio_extra")
+    assert _allows({"shards"}, "demofactory.shards.writer")
 
 
 def test_the_checker_sees_every_kind_of_import(tmp_path):

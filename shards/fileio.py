@@ -1,5 +1,6 @@
-"""Files written whole or not at all, read back with one clear error: what `shards/` (the dataset
-format) and `generators/` (the texture bank) share, and nothing else; it imports neither.
+"""Files written whole or not at all, read back with one clear error: what the dataset format
+and `generators/` (the texture bank) share, and the one module of `shards/` that the generators
+may import (tests/project/test_layers.py); it imports nothing of the project.
 
     atomic_output(path)     a temporary file beside `path`, fsynced, renamed over it on success
     write_text_atomic       the same for a text
