@@ -286,10 +286,9 @@ class SceneRelabeler:
                 from demofactory.simulation.scene_build import env_kwargs
 
                 env = make_env(self.spec.task, self.spec.seed, arm=arm, **env_kwargs(self.spec))
-                # demofactory.simulation.fast_step runs delta OSC only: these controllers take
-                # robosuite's step
-                task = self.spec.task.model_copy(update={"fast_control": False})
-                self._replay_scenes[name] = Scene(self.spec.model_copy(update={"task": task}), env)
+                # demofactory.simulation.fast_step runs these controllers too (OSC absolute,
+                # joint position), checked against env.step when the Scene adopts it
+                self._replay_scenes[name] = Scene(self.spec, env)
         return self._replay_scenes[name]
 
     def report(self) -> Mapping[str, Any]:
