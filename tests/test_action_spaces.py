@@ -82,6 +82,7 @@ def test_export_relabels_replays_and_reports(lift_dataset, tmp_path):
         replay = report["spaces"][name]["replay"]
         assert replay["episodes"] == len(load_source(lift_dataset).records)
         assert replay["success_rate"] >= 0.95, (name, replay)
+        assert replay["loop"] == "fast", (name, replay)  # the factory's loop, not env.step
     assert report["spaces"]["delta_eef"]["replay"]["eef_position_error_m"]["max"] < 1e-3
     assert report["spaces"]["abs_eef"]["replay"]["eef_position_error_m"]["mean"] < 5e-3
     modality = json.loads((out / "meta" / "modality.json").read_text())["action"]

@@ -318,5 +318,8 @@ class SceneRelabeler:
             }
             if self.check:
                 entry["replay"] = self.tallies[name].to_json()
+                scene = self._replay_scenes.get(name)
+                if scene is not None:  # "fast", or why robosuite's env.step ran the replays
+                    entry["replay"]["loop"] = scene.fast_control_note or "fast"
             spaces[name] = entry
         return {"spaces": spaces, "action": parts, "robot": self.spec.task.robot}
