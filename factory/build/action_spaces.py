@@ -286,10 +286,9 @@ class SceneRelabeler:
                 from demofactory.simulation.scene_build import env_kwargs
 
                 env = make_env(self.spec.task, self.spec.seed, arm=arm, **env_kwargs(self.spec))
-                # demofactory.simulation.fast_step runs delta OSC only: these controllers take
-                # robosuite's step
-                task = self.spec.task.model_copy(update={"fast_control": False})
-                self._replay_scenes[name] = Scene(self.spec.model_copy(update={"task": task}), env)
+                # demofactory.simulation.fast_step runs these controllers too (OSC absolute,
+                # joint position), checked against env.step when the Scene adopts it
+                self._replay_scenes[name] = Scene(self.spec, env)
         return self._replay_scenes[name]
 
     def report(self) -> Mapping[str, Any]:
@@ -319,5 +318,8 @@ class SceneRelabeler:
             }
             if self.check:
                 entry["replay"] = self.tallies[name].to_json()
+                scene = self._replay_scenes.get(name)
+                if scene is not None:  # "fast", or why robosuite's env.step ran the replays
+                    entry["replay"]["loop"] = scene.fast_control_note or "fast"
             spaces[name] = entry
         return {"spaces": spaces, "action": parts, "robot": self.spec.task.robot}

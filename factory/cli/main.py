@@ -128,12 +128,18 @@ def _main(args) -> int:
     Every user-facing error (`demofactory.errors.USER_FACING_ERRORS`: factory's, the dataset
     format's, the cluster's, the generators') is one `error: ...` line on stderr, exit 2.
     """
+    # `export --actions` other than the shards' own deltas replays each relabeling in an env
+    relabels = args.command == "export" and any(
+        name.strip() not in ("", "delta_eef")
+        for value in getattr(args, "actions", None) or ()
+        for name in value.split(",")
+    )
     never_step = ("verify", "inspect", "export", "preview", "spec-help")
-    if args.command not in never_step:  # those never step MuJoCo
+    if args.command not in never_step or relabels:  # those never step MuJoCo
         from demofactory.simulation.mujoco_log import route_mujoco_warnings
 
         route_mujoco_warnings()
-    if args.command not in ("verify", "inspect", "export", "spec-help"):  # those build no env
+    if args.command not in ("verify", "inspect", "export", "spec-help") or relabels:  # no env
         from demofactory.robots import (
             repairs as robot_repairs,  # robosuite: only for the verbs that build envs
         )

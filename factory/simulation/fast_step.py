@@ -8,7 +8,8 @@ objects do to the simulation, in the same order and with robosuite's formulas, a
 nothing else:
 
     per control step, for each substep:
-        mj_step1 ─► (first substep) goal from the action: OSC delta pose in the base frame,
+        mj_step1 ─► (first substep) goal from the action: OSC delta pose in the base frame (or
+                    an absolute one: `factory export --actions abs_eef`'s replays),
                     gripper command through the gripper's speed limit
                  ─► OSC torques (+ gravity compensation, nullspace posture) ─► clip to ctrlrange
         mj_step2
@@ -63,7 +64,9 @@ class FastStepper:
             raise Unsupported("only fixed-base robots are supported")
         arm_name = robot.arms[0]
         arm = robot.part_controllers[arm_name]
-        _check_arm(arm)
+        # robosuite's joint-position controller (`factory export --actions joint_pos` replays) or
+        # its OSC_POSE, delta or absolute
+        self.joint = _check_arm(arm)
         grip_name = robot.get_gripper_name(arm_name)
         self.model, self.data = env.sim.model._model, env.sim.data._data
         self.arm, self.grip = arm, robot.part_controllers[grip_name]
@@ -108,6 +111,9 @@ class FastStepper:
         self.kp = np.asarray(arm.kp, dtype=np.float64)
         self.kd = np.asarray(arm.kd, dtype=np.float64)
         self._initial_joint = np.asarray(arm.initial_joint, dtype=np.float64)
+        # An absolute OSC_POSE input (`factory export --actions abs_eef` replays): the action is
+        # the goal itself, position and rotation vector in the base frame
+        self.absolute = arm.input_type == "absolute"
 
     def step(self, action: np.ndarray) -> None:
         """One control step: the same substeps, controls and order as robosuite's env.step."""
@@ -135,6 +141,9 @@ class FastStepper:
             *(world_pos, world_ori, ref_pos, ref_ori),
             *(self._ctrl, self.arm_act, self.arm_low, self.arm_high),
         )
+        if self.joint:
+            self._joint_substeps(np.asarray(action[self.arm_slice], dtype=np.float64))
+            return
         c_api = self.compiled and _c_api()
         if c_api and data.narena >= ARENA_HEADROOM * max(data.maxuse_arena, 1):
             _substeps(*c_api, model._address, data._address, self.substeps, ref_site, qm, *args)
@@ -147,11 +156,31 @@ class FastStepper:
             osc_control(*args)
             step2(model, data)
 
+    def _joint_substeps(self, goal: np.ndarray) -> None:
+        """robosuite's JointPositionController, absolute input, fixed impedance, torque
+        compensation, at every substep: M_arm (kp (goal - q) - kd qdot) + bias, clipped to the
+        actuators' range (the same numpy operations in the same order). The first substep's
+        mj_step1 has run. A Python loop: replays of relabeled exports, not generation."""
+        model, data = self.model, self.data
+        qvel, qpos, bias = self._views[:3]
+        rows = np.ix_(self.qvel_index, self.qvel_index)
+        for i in range(self.substeps):
+            if i:
+                mujoco.mj_step1(model, data)
+            mujoco.mj_fullM(model, self._mass, self._qM)
+            error = goal - qpos[self.qpos_index]
+            desired = np.multiply(error, self.kp) + np.multiply(-qvel[self.qvel_index], self.kd)
+            torques = np.dot(self._mass[rows], desired) + bias[self.qvel_index]
+            self._ctrl[self.arm_act] = np.clip(torques, self.arm_low, self.arm_high)
+            mujoco.mj_step2(model, data)
+
     # --- goals (first substep) -----------------------------------------------------------
     def _world_goal(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """World-frame goal position and orientation of the arm, in one compiled call: the same
         formulas as robosuite's OSC `set_goal` (its 4x4 poses as 3x3 products), a tenth of the
         time numpy and robosuite's helpers took (~0.1 ms a control step, profiled)."""
+        if self.absolute:
+            return self._absolute_goal(np.asarray(action[self.arm_slice], dtype=np.float64))
         if self._arm_scale is None:
             self.arm.scale_action(np.zeros(6))  # robosuite computes its scale on first use
             arm = self.arm
@@ -174,6 +203,18 @@ class FastStepper:
             self._views[3],
             self._views[4],
         )
+
+    def _absolute_goal(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """World-frame goal of an absolute OSC_POSE action: robosuite's `set_goal` (no scaling:
+        the position as given, the orientation through the same scipy call) in the base frame,
+        turned into the world as its `run_controller` does."""
+        from scipy.spatial.transform import Rotation
+
+        center = self.center_site
+        origin_pos = self.data.site_xpos[center]
+        origin_ori = self.data.site_xmat[center].reshape(3, 3)
+        goal_ori = Rotation.from_rotvec(action[3:6]).as_matrix()
+        return origin_pos + np.dot(origin_ori, action[0:3]), np.dot(origin_ori, goal_ori)
 
     def _set_grip(self, action: np.ndarray) -> None:
         """The gripper's control: robosuite's speed-limited command (`format_action`, which
@@ -491,11 +532,26 @@ def _cholesky_solve(low, x, n):  # pragma: no cover - compiled
         x[i] = acc / low[i, i]
 
 
-def _check_arm(arm) -> None:
+def _check_arm(arm) -> bool:
+    """Raise Unsupported unless FastStepper reproduces `arm`'s controller; True for the
+    joint-position one."""
+    from robosuite.controllers.parts.generic.joint_pos import JointPositionController
+
+    if isinstance(arm, JointPositionController):
+        checks = {
+            "fixed impedance": arm.impedance_mode == "fixed",
+            "absolute input": arm.input_type == "absolute",
+            "no interpolation": arm.interpolator is None,
+            "torque compensation": bool(arm.use_torque_compensation),
+        }
+        missing = [what for what, ok in checks.items() if not ok]
+        if missing:
+            raise Unsupported("a joint-position controller needs " + ", ".join(missing))
+        return True
     checks = {
         "an OSC arm controller": isinstance(arm, OperationalSpaceController),
         "fixed impedance": arm.impedance_mode == "fixed",
-        "delta input": arm.input_type == "delta",
+        "delta or absolute input": arm.input_type in ("delta", "absolute"),
         "base reference frame": arm.input_ref_frame == "base",
         "no interpolation": arm.interpolator_pos is None and arm.interpolator_ori is None,
         "uncoupled position and orientation": bool(arm.uncoupling),
@@ -507,6 +563,7 @@ def _check_arm(arm) -> None:
     missing = [what for what, ok in checks.items() if not ok]
     if missing:
         raise Unsupported("needs " + ", ".join(missing))
+    return False
 
 
 WARM_UP = np.array([[0.5, -0.5, 0.5, 0.3, -0.3, 0.3, 1.0], [-0.5, 0.5, -0.2, -0.3, 0.3, 0.0, -1.0]])
@@ -533,17 +590,19 @@ def check_against_env_step(env, stepper: FastStepper) -> None:
     """
     data = stepper.data
     original = _saved(env, stepper)
-    for action in WARM_UP:  # robosuite's first steps after a reset differ (cached dynamics)
-        env.step(action)
+    for action in _as_input(stepper, WARM_UP, hold=True):  # robosuite's first steps after a
+        env.step(action)  # reset differ (cached dynamics)
     saved = _saved(env, stepper)
 
     def restore():
         _restore(env, stepper, saved)
 
     # Full-range arm moves (fixed draws): small ones leave UR5e's difference unseen (measured).
-    actions = np.random.default_rng(0).uniform(-1.0, 1.0, (CHECK_STEPS, 7))
+    width = len(stepper.qpos_index) + 1 if stepper.joint else 7
+    actions = np.random.default_rng(0).uniform(-1.0, 1.0, (CHECK_STEPS, width))
     actions[:, -1] = 1.0
     actions[CHECK_STEPS // 2 :, -1] = -1.0  # the hand closes, then opens
+    actions = _as_input(stepper, actions)
     reference = []
     for action in actions:
         env.step(action)
@@ -560,6 +619,31 @@ def check_against_env_step(env, stepper: FastStepper) -> None:
             f"its steps differ from robosuite's env.step on this robot by {worst:.1e} "
             f"after {CHECK_STEPS} steps"
         )
+
+
+def _as_input(stepper: FastStepper, draws: np.ndarray, hold: bool = False) -> np.ndarray:
+    """Draws in [-1, 1] (arm columns, then the gripper's) as the arm controller's input, from
+    the state now: a delta OSC takes them as they are; an absolute OSC a pose up to 0.15 m and
+    0.5 rad from the hand's, in the base frame; a joint controller targets up to 0.3 rad from
+    the joints'. `hold`: the pose or joints of now (the gripper's column kept)."""
+    if not (stepper.joint or stepper.absolute):
+        return draws
+    scale = 0.0 if hold else 1.0
+    data, grip = stepper.data, draws[:, -1:]
+    if stepper.joint:
+        here = np.array(data.qpos[stepper.qpos_index])
+        width = len(here)
+        arm = np.zeros((len(draws), width)) if hold else draws[:, :width]
+        return np.concatenate([here + 0.3 * scale * arm, grip], axis=1)
+    from scipy.spatial.transform import Rotation
+
+    center = stepper.center_site
+    origin_pos, origin_ori = data.site_xpos[center], data.site_xmat[center].reshape(3, 3)
+    hand_pos = origin_ori.T @ (stepper._views[3] - origin_pos)
+    hand = Rotation.from_matrix(origin_ori.T @ stepper._views[4])
+    turns = hand * Rotation.from_rotvec(0.5 * scale * draws[:, 3:6])
+    positions = hand_pos + 0.15 * scale * draws[:, 0:3]
+    return np.concatenate([positions, turns.as_rotvec(), grip], axis=1)
 
 
 def _saved(env, stepper: FastStepper) -> tuple:

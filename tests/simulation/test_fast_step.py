@@ -174,3 +174,60 @@ def test_the_compiled_goal_is_robosuites():
         goal_ori = T.quat2mat(T.axisangle2quat(scaled[3:])) @ (to_base @ ref_ori)
         np.testing.assert_allclose(pos, origin_pos + origin_ori @ goal_pos, rtol=0, atol=1e-15)
         np.testing.assert_allclose(ori, origin_ori @ goal_ori, rtol=0, atol=1e-15)
+
+
+def test_absolute_osc_goals_step_as_env_step_does():
+    # `factory export --actions abs_eef` replays through robosuite's absolute OSC_POSE: the fast
+    # loop takes the action as the goal (base frame, rotation vector), as robosuite's set_goal
+    from demofactory.build.action_spaces import arm_controller
+    from demofactory.simulation.scene import make_env
+    from demofactory.simulation.scene_build import env_kwargs
+
+    spec = load_spec(SPECS / "lift_lowdim.yaml")
+    env = make_env(spec.task, spec.seed, arm=arm_controller("abs_eef"), **env_kwargs(spec))
+    scene = Scene(spec, env)
+    assert scene.fast_control, scene.fast_control_note  # adopted: a few steps matched env.step
+    fast = FastStepper(scene.env)
+    assert fast.absolute
+    scene.env.reset()
+    scene.env.step(np.zeros(7))  # past robosuite's cached first step after a reset
+    arm = scene.env.robots[0].part_controllers["right"]
+    here = arm.goal_origin_to_eef_pose()  # the hand's pose in the base frame, 4x4
+    from scipy.spatial.transform import Rotation
+
+    rng = np.random.default_rng(2)
+    goals = here[:3, 3] + rng.uniform(-0.05, 0.05, (12, 3))
+    turns = Rotation.from_matrix(here[:3, :3]) * Rotation.from_rotvec(
+        rng.uniform(-0.2, 0.2, (12, 3))
+    )
+    actions = np.concatenate([goals, turns.as_rotvec(), np.sign(rng.uniform(-1, 1, (12, 1)))], 1)
+    start, reference, ours, reference_grip = both_ways(scene, fast, actions)
+    np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-9)
+    assert np.abs(ours[-1] - start.state).max() > 1e-3  # it moved towards the goals
+    assert np.array_equal(scene.snapshot().gripper_action, reference_grip)
+
+
+def test_joint_position_targets_step_as_env_step_does():
+    # `factory export --actions joint_pos` replays through robosuite's JOINT_POSITION controller
+    # (absolute targets, the factory's gains): the fast loop runs its torque law per substep
+    from demofactory.build.action_spaces import arm_controller
+    from demofactory.simulation.scene import make_env
+    from demofactory.simulation.scene_build import env_kwargs
+
+    spec = load_spec(SPECS / "lift_lowdim.yaml")
+    env = make_env(spec.task, spec.seed, arm=arm_controller("joint_pos"), **env_kwargs(spec))
+    scene = Scene(spec, env)
+    assert scene.fast_control, scene.fast_control_note
+    fast = FastStepper(scene.env)
+    assert fast.joint
+    scene.env.reset()
+    robot = scene.env.robots[0]
+    here = np.array(scene.env.sim.data.qpos[robot._ref_joint_pos_indexes])
+    scene.env.step(np.concatenate([here, [0.0]]))  # past robosuite's cached first step
+    rng = np.random.default_rng(3)
+    targets = here + np.cumsum(rng.uniform(-0.03, 0.03, (12, len(here))), axis=0)
+    actions = np.concatenate([targets, np.sign(rng.uniform(-1, 1, (12, 1)))], 1)
+    start, reference, ours, reference_grip = both_ways(scene, fast, actions)
+    np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-9)
+    assert np.abs(ours[-1] - start.state).max() > 1e-3
+    assert np.array_equal(scene.snapshot().gripper_action, reference_grip)
