@@ -107,6 +107,13 @@ def check_output_dir(out_dir: Path, spec: SceneSpec, truncate: bool = False) -> 
             "pass --truncate to replace them, "
             "or choose another --out"
         )
+    made_with, want = dataset_backend(info), spec.generation.backend
+    if made_with != want:  # before the fingerprint: the backend is the difference to name
+        raise UserError(
+            f"{out_dir}: generation.backend: the dataset was made with backend {made_with} and "
+            f"this run would resume it with {want} (their shards are not bit-identical); "
+            f"set generation.backend: {made_with}, or choose another --out"
+        )
     if info.get("spec_fingerprint") != spec.fingerprint():
         name = info.get("spec", {}).get("name", "?")
         raise UserError(
@@ -122,6 +129,13 @@ def check_output_dir(out_dir: Path, spec: SceneSpec, truncate: bool = False) -> 
             "it, or choose another --out"
         )
     return True
+
+
+def dataset_backend(info: dict) -> str:
+    """The physics backend that made a dataset (dataset_info.json `backend.name`); datasets
+    made before the field existed were all made on the CPU."""
+    backend = info.get("backend")
+    return str(backend.get("name", "cpu")) if isinstance(backend, dict) else "cpu"
 
 
 def load_generation(out_dir: Path, with_journal: bool = True) -> dict:

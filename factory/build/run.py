@@ -143,9 +143,37 @@ def dataset_info(
             ]
         ),
         "versions": versions,
+        "backend": backend_info(spec),  # resuming with the other backend is refused
         "spec_fingerprint": spec.fingerprint(),
         "spec": spec.model_dump(mode="json"),
     }
+
+
+def backend_info(spec: SceneSpec) -> dict:
+    """{name, and for mjwarp the versions of MuJoCo Warp and warp}: what made the physics."""
+    if spec.generation.backend == "cpu":
+        return {"name": "cpu"}
+    from demofactory.simulation import mjwarp
+
+    return {"name": spec.generation.backend, **mjwarp.versions()}
+
+
+def refuse_unlanded_backend(spec: SceneSpec) -> None:
+    """backend mjwarp: the extra must be installed (one line how), and then the run is refused:
+    the batched attempt loop is not landed yet (docs/mjwarp.md), and a run that silently took
+    the CPU path would record a backend that did not make it."""
+    if spec.generation.backend != "mjwarp":
+        return
+    from demofactory.simulation import mjwarp
+
+    mjwarp.require_mjwarp(str(spec.path))
+    raise SpecError(
+        spec.path,
+        "generation.backend",
+        "mjwarp: the batched attempt loop is not landed yet (validate checks the model, "
+        "benchmarks/bench_batched.py steps the worlds; docs/mjwarp.md); set "
+        "generation.backend: cpu to generate now",
+    )
 
 
 def _version(pkg: str) -> str:
@@ -275,6 +303,7 @@ def _run_dataset(
 
     dest = stored.url if stored is not None else out_dir  # where workers put shards
     resuming = check_output_dir(out_dir, spec, truncate)  # a first look, to refuse early
+    refuse_unlanded_backend(spec)
     tasks = planned_tasks(spec, out_dir if resuming and not truncate else None)
     config = ClusterConfig(
         workers=workers,

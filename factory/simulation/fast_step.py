@@ -115,8 +115,12 @@ class FastStepper:
         # the goal itself, position and rotation vector in the base frame
         self.absolute = arm.input_type == "absolute"
 
-    def step(self, action: np.ndarray) -> None:
-        """One control step: the same substeps, controls and order as robosuite's env.step."""
+    def step(self, action: np.ndarray, record: list | None = None) -> None:
+        """One control step: the same substeps, controls and order as robosuite's env.step.
+
+        `record`: a list each substep's ctrl is appended to (a copy, as mj_step2 gets it; the
+        Python loop then runs, bit-identical to the compiled one): what the CPU path applies,
+        replayed on MuJoCo Warp by tests/test_mjwarp_reference.py."""
         model, data = self.model, self.data
         step1, step2, jac_site, full_m = (
             mujoco.mj_step1,
@@ -144,7 +148,7 @@ class FastStepper:
         if self.joint:
             self._joint_substeps(np.asarray(action[self.arm_slice], dtype=np.float64))
             return
-        c_api = self.compiled and _c_api()
+        c_api = self.compiled and record is None and _c_api()
         if c_api and data.narena >= ARENA_HEADROOM * max(data.maxuse_arena, 1):
             _substeps(*c_api, model._address, data._address, self.substeps, ref_site, qm, *args)
             return
@@ -154,6 +158,8 @@ class FastStepper:
             jac_site(model, data, jacp, jacr, ref_site)
             full_m(model, mass, qm)
             osc_control(*args)
+            if record is not None:
+                record.append(self._ctrl.copy())
             step2(model, data)
 
     def _joint_substeps(self, goal: np.ndarray) -> None:

@@ -440,6 +440,13 @@ class GenerationSpec(StrictModel):
         "so an object taller than the person's does not fall and topple; replay opens where "
         "the demo did; auto is lower for transit: plan, replay otherwise.",
     )
+    backend: Literal["cpu", "mjwarp"] = Field(
+        "cpu",
+        description="The physics: cpu, MuJoCo on a CPU core per worker; mjwarp, MuJoCo Warp "
+        "(the gpu extra, pip install 'demofactory[gpu]'): validated against the model, and "
+        "the batched attempt loop is not landed yet (factory run refuses it; docs/mjwarp.md). "
+        "A dataset keeps the backend that made it.",
+    )
     transit_clearance: float = Field(
         0.08, ge=0.0, le=0.5, description="Metres above both poses, for transit: over."
     )

@@ -355,6 +355,7 @@ ADDED_LATER: dict[str, object] = {
     "generation.grasp_approach": "auto",
     "generation.trim_pauses": True,
     "generation.release": "auto",
+    "generation.backend": "cpu",
     "render.detail": "full",
     "subtasks[].skill": None,
     "subtasks[].instruction": None,

@@ -1,0 +1,114 @@
+"""MuJoCo Warp against CPU MuJoCo on Stack, on warp's CPU device: the CPU path is the reference.
+
+Needs the gpu extra (`pip install '.[gpu]'`: mujoco-warp, warp-lang); skipped, saying so,
+without it. warp compiles its kernels on first use (~2 min on 2 cores, then cached in
+~/.cache/warp), hence `slow`.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+from demofactory.simulation import mjwarp
+
+from tests.conftest import SPECS
+
+pytestmark = [
+    pytest.mark.sim,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not mjwarp.available(), reason="MuJoCo Warp is not installed (pip install '.[gpu]')"
+    ),
+]
+
+CONTROL_STEPS = 50
+# Per control step, the largest difference over the state (measured on Stack with the draws
+# below: qpos 3.8e-05, qvel 3.7e-04 at worst over the 50 steps; MuJoCo Warp is float32, CPU
+# MuJoCo float64, and the contacts of the cubes on the table and the closing fingers amplify
+# the round-off). The bounds leave ~2.5x headroom and sit far below how far the arm moves.
+QPOS_BOUND = 1e-4  # metres / radians
+QVEL_BOUND = 1e-3  # metres / radians per second
+
+
+@pytest.fixture(scope="module")
+def stack():
+    from demofactory.simulation.fast_step import FastStepper
+    from demofactory.simulation.scene import Scene
+    from demofactory.specs.spec import load_spec
+
+    scene = Scene(load_spec(SPECS / "stack.yaml"))
+    scene.env.reset()
+    fast = FastStepper(scene.env)
+    rng = np.random.default_rng(0)
+    for action in rng.uniform(-1, 1, (3, 7)):  # past robosuite's first steps after a reset
+        fast.step(action)
+    return scene, fast
+
+
+def _copy(model, data) -> mujoco.MjData:
+    out = mujoco.MjData(model)
+    mujoco.mj_copyData(out, model, data)
+    return out
+
+
+def test_the_same_attempt_both_ways_stays_within_the_bound(stack):
+    """The OSC loop's own controls (each substep's ctrl as fast_step applies it) on CPU MuJoCo,
+    then from the same MjData on MuJoCo Warp: the state after every control step compared."""
+    scene, fast = stack
+    model, data = fast.model, fast.data
+    start = _copy(model, data)
+    rng = np.random.default_rng(1)
+    actions = rng.uniform(-0.3, 0.3, (CONTROL_STEPS, 7))
+    actions[:, 6] = np.where(np.arange(CONTROL_STEPS) < CONTROL_STEPS // 2, 1.0, -1.0)
+    ctrls, reference = [], []
+    for action in actions:
+        fast.step(action, record=ctrls)
+        reference.append(np.concatenate([data.qpos, data.qvel]))
+    reference = np.array(reference)
+    ctrls = np.array(ctrls).reshape(CONTROL_STEPS, fast.substeps, model.nu)
+    assert np.abs(np.diff(ctrls[:, :, fast.arm_act], axis=1)).max() > 0  # OSC per substep
+
+    worlds = mjwarp.BatchedWorlds(model, start, nworld=1, device="cpu")
+    ours = []
+    for step in ctrls:
+        for ctrl in step:
+            worlds.set_ctrl(ctrl)
+            worlds.step()
+        ours.append(np.concatenate([worlds.qpos[0], worlds.qvel[0]]))
+    ours = np.array(ours)
+    nq = model.nq
+    qpos_err = np.abs(ours[:, :nq] - reference[:, :nq]).max(axis=1)
+    qvel_err = np.abs(ours[:, nq:] - reference[:, nq:]).max(axis=1)
+    assert qpos_err.max() <= QPOS_BOUND, qpos_err
+    assert qvel_err.max() <= QVEL_BOUND, qvel_err
+    # the bound means something: the arm moved by far more than it
+    travel = np.abs(reference[:, :7] - start.qpos[:7]).max()
+    assert travel > 100 * QPOS_BOUND, travel
+
+
+def test_worlds_step_in_lockstep_and_finished_ones_are_masked(stack):
+    scene, fast = stack
+    model, data = fast.model, fast.data
+    starts = [_copy(model, data) for _ in range(3)]
+    cube = scene.env.sim.model.get_joint_qpos_addr(scene.env.cubeA.joints[0])[0]
+    starts[2].qpos[cube] += 0.02  # world 2: cubeA placed elsewhere (a per-world placement)
+    for d in starts:
+        mujoco.mj_forward(model, d)
+    worlds = mjwarp.BatchedWorlds(model, starts, nworld=3, device="cpu")
+    np.testing.assert_allclose(worlds.qpos[2, cube], starts[2].qpos[cube], atol=1e-6)
+    ctrl = np.repeat(data.ctrl[None], 3, axis=0)
+    ctrl[:, fast.arm_act[0]] += 5.0  # the first joint pushed: every world moves
+    worlds.set_ctrl(ctrl)
+    worlds.step(10)
+    after = worlds.qpos
+    np.testing.assert_array_equal(after[0], after[1])  # same start, same controls
+    assert np.abs(after[0] - starts[0].qpos).max() > 1e-5
+    assert abs(after[2, cube] - after[0, cube]) > 0.01  # world 2 keeps its own placement
+    worlds.mask(np.array([False, True, False]))
+    held = worlds.states()[1]
+    worlds.step(10)
+    now = worlds.states()
+    np.testing.assert_array_equal(now[1], held)  # the finished world stays where it ended
+    assert np.abs(now[0] - held).max() > 1e-5  # the others go on
+    assert now[0, 0] > held[0]  # their clocks too
