@@ -5,9 +5,14 @@
 #   .devdata/stack_scene.npz  benchmarks/scene_file.py --spec scene_specs/stack.yaml --out .devdata/stack_scene.npz
 #   .whl/                     cp312 wheels of mujoco, diffusers, pydantic (+ their missing needs)
 #   .gl/                      the GL loader .debs (libegl1, libglvnd0, libopengl0, ...)
+#   batched only:
+#   .devdata/stack_trace.npz  benchmarks/bench_batched.py --spec scene_specs/stack.yaml --save-trace .devdata/stack_trace.npz
+#   .whl/ + the gpu extra     pip download --only-binary :all: --python-version 3.12 -d .whl mujoco-warp==3.9.0.1 warp-lang==1.13.0
+#                             (and absl-py, etils, fsspec, importlib_resources, zipp, typing_extensions)
 # Results land in $OUT (one JSON per benchmark, and the log).
 #
-#   bash benchmarks/device_check.sh [all|farm]     (farm: only the render farm sweeps)
+#   bash benchmarks/device_check.sh [all|farm|batched]
+#     farm: only the render farm sweeps; batched: only MuJoCo Warp (bench_batched.py), under 10 min, one call
 set -u
 OUT=${OUT:-/tmp/device_out}
 mkdir -p "$OUT"
@@ -30,6 +35,15 @@ step() {  # name, timeout, command...
     timeout "$limit" "$@" > "$OUT/$name.json" || echo "!! $name failed (exit $?)"
     cat "$OUT/$name.json"; echo "   ($((SECONDS - t0)) s)"
 }
+if [ "${1:-all}" = batched ]; then  # no GL, diffusers or torch needed
+    python3 -c "import mujoco, mujoco_warp, warp; print('mujoco', mujoco.__version__, 'warp', warp.__version__)" || exit 1
+    trace=.devdata/stack_trace.npz
+    batched="python3 benchmarks/bench_batched.py --trace $trace --device cuda:0 --cpu-steps 40"
+    # first: the kernels compile (a few minutes once, cached under ~/.cache/warp for the rest)
+    step batched_64 300 $batched --worlds 64 --steps 10
+    step batched_sweep 240 $batched --worlds 64,256,1024,4096,8192 --steps 20
+    exit 0
+fi
 farm="python3 benchmarks/bench_render_farm.py --scene-file $scene --cameras 2"
 if [ "${1:-all}" = farm ]; then
     step farm_84_sweep 150 $farm --size 84 --processes 1,2,4,8,16 --repeat 8

@@ -1,0 +1,221 @@
+"""Physics only: N Stack worlds stepped at once by MuJoCo Warp against one CPU core of MuJoCo.
+
+Prepare a trace here (robosuite builds the env; the OSC loop of demofactory.simulation.fast_step
+runs a fixed action sequence and each control step's ctrl is kept), then time it anywhere that
+has mujoco, mujoco-warp and warp-lang (no robosuite needed: benchmarks/device_check.sh):
+
+    .venv/bin/python benchmarks/bench_batched.py --spec scene_specs/stack.yaml \\
+        --save-trace .devdata/stack_trace.npz
+    .venv/bin/python benchmarks/bench_batched.py --trace .devdata/stack_trace.npz \\
+        --device cpu --worlds 1,4,16 --steps 4
+
+Both ways replay the same controls from the same state: CPU MuJoCo `mj_step` on one MjData
+(the reference, measured in the same run), and MuJoCo Warp stepping every world of a batch
+together. The figure is world-steps per second and its ratio to the reference; an attempt is
+the same number of physics steps both ways, so the ratio is also the attempts-per-second ratio
+(physics only: no OSC, goals or predicates on the device yet). Per world, ctrl is set once per
+control step (the CPU path recomputes the OSC torques every substep: the batched loop will do
+that on the device). On CUDA the substeps of a control step run as one captured CUDA graph.
+Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def save_trace(spec_path: Path, out: Path, control_steps: int = 50) -> dict:
+    """The spec's compiled model (MJB), a start state after robosuite's first steps, and the
+    ctrl the CPU OSC loop applies at every substep of `control_steps` fixed random actions."""
+    import mujoco
+    from demofactory.robots import repairs
+    from demofactory.simulation.fast_step import FastStepper
+    from demofactory.simulation.scene import Scene
+    from demofactory.specs.spec import load_spec
+
+    repairs.install()
+    scene = Scene(load_spec(spec_path))
+    scene.env.reset()
+    fast = FastStepper(scene.env)
+    rng = np.random.default_rng(0)
+    for action in rng.uniform(-1, 1, (3, 7)):
+        fast.step(action)
+    model, data = fast.model, fast.data
+    start = {k: getattr(data, k).copy() for k in ("qpos", "qvel", "act", "ctrl", "qacc_warmstart")}
+    actions = rng.uniform(-0.3, 0.3, (control_steps, 7))
+    actions[:, 6] = np.where(np.arange(control_steps) < control_steps // 2, 1.0, -1.0)
+    ctrls: list = []
+    for action in actions:
+        fast.step(action, record=ctrls)
+    mjb = np.zeros(mujoco.mj_sizeModel(model), dtype=np.uint8)
+    mujoco.mj_saveModel(model, None, mjb)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(
+        out,
+        mjb=mjb,
+        ctrl=np.array(ctrls).reshape(control_steps, fast.substeps, model.nu),
+        time=np.array(data.time),
+        **{f"start_{k}": v for k, v in start.items()},
+    )
+    return {"trace": str(out), "control_steps": control_steps, "substeps": fast.substeps}
+
+
+def _temp():
+    import tempfile
+
+    return tempfile.mkstemp(suffix=".mjb")
+
+
+def load_trace(path: Path):
+    import mujoco
+
+    z = np.load(path)
+    fd, tmp = _temp()
+    try:
+        os.write(fd, z["mjb"].tobytes())
+        model = mujoco.MjModel.from_binary_path(tmp)
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
+    data = mujoco.MjData(model)
+    for k in ("qpos", "qvel", "act", "ctrl", "qacc_warmstart"):
+        getattr(data, k)[:] = z[f"start_{k}"]
+    mujoco.mj_forward(model, data)
+    return model, data, z["ctrl"]
+
+
+def cpu_reference(model, start, ctrl: np.ndarray, steps: int) -> float:
+    """World-steps per second of CPU MuJoCo on one core: `steps` control steps of the trace."""
+    import mujoco
+
+    data = mujoco.MjData(model)
+    mujoco.mj_copyData(data, model, start)
+    substeps = ctrl.shape[1]
+    t0 = time.perf_counter()
+    for k in range(steps):
+        data.ctrl[:] = ctrl[k % len(ctrl), 0]
+        for _ in range(substeps):
+            mujoco.mj_step(model, data)
+    return steps * substeps / (time.perf_counter() - t0)
+
+
+def batched(model, start, ctrl: np.ndarray, steps: int, nworld: int, device: str) -> dict:
+    """World-steps per second of MuJoCo Warp, `nworld` worlds, after one warm-up control step
+    (kernel compilation and graph capture are not timed; reported apart). mujoco_warp is
+    called directly, as demofactory.simulation.mjwarp.BatchedWorlds does, so that this runs
+    where only mujoco, mujoco-warp and warp-lang are installed (device_check.sh)."""
+    import mujoco_warp as mjw
+    import warp as wp
+
+    wp.config.quiet = True
+    substeps = ctrl.shape[1]
+    t0 = time.perf_counter()
+    with wp.ScopedDevice(device):
+        wmodel = mjw.put_model(model)
+        wdata = mjw.put_data(
+            model,
+            start,
+            nworld=nworld,
+            nconmax=max(64, 4 * start.ncon),
+            njmax=max(256, 4 * start.nefc),
+        )
+        per_step = [
+            wp.array(np.repeat(c[None].astype(np.float32), nworld, axis=0)) for c in ctrl[:, 0]
+        ]
+
+        def control(k: int) -> None:
+            wp.copy(wdata.ctrl, per_step[k % len(per_step)])
+
+        control(0)
+        for _ in range(substeps):  # compiles (or loads) the kernels
+            mjw.step(wmodel, wdata)
+        wp.synchronize()
+        graph = None
+        if wp.get_device(device).is_cuda:
+            try:
+                with wp.ScopedCapture() as capture:
+                    for _ in range(substeps):
+                        mjw.step(wmodel, wdata)
+                graph = capture.graph
+            except Exception as err:  # noqa: BLE001 - reported; the plain loop is timed then
+                print(f"graph capture failed ({err}); timing the plain loop", file=sys.stderr)
+        wp.synchronize()
+        setup = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for k in range(steps):
+            control(k)
+            if graph is not None:
+                wp.capture_launch(graph)
+            else:
+                for _ in range(substeps):
+                    mjw.step(wmodel, wdata)
+        wp.synchronize()
+        took = time.perf_counter() - t0
+        finite = bool(np.isfinite(wdata.qpos.numpy()).all())
+    return {
+        "worlds": nworld,
+        "world_steps_per_s": steps * substeps * nworld / took,
+        "setup_s": round(setup, 2),
+        "graph": graph is not None,
+        "finite": finite,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, help="with --save-trace: the spec to trace")
+    parser.add_argument("--save-trace", type=Path, help="write the trace (needs robosuite)")
+    parser.add_argument("--trace", type=Path, help="time this trace")
+    parser.add_argument("--device", default="cpu", help="warp device: cpu, cuda:0")
+    parser.add_argument("--worlds", default="1,4,16", help="batch sizes, comma separated")
+    parser.add_argument("--steps", type=int, default=4, help="control steps timed per batch")
+    parser.add_argument("--cpu-steps", type=int, default=40, help="control steps, reference")
+    args = parser.parse_args()
+    if args.save_trace is not None:
+        if args.spec is None:
+            parser.error("--save-trace needs --spec")
+        print(json.dumps(save_trace(args.spec, args.save_trace)))
+        return
+    if args.trace is None:
+        parser.error("--trace (or --save-trace with --spec) is needed")
+    from importlib import metadata
+
+    import mujoco
+    import warp as wp
+
+    model, start, ctrl = load_trace(args.trace)
+    reference = cpu_reference(model, start, ctrl, args.cpu_steps)
+    rows = []
+    for n in [int(x) for x in args.worlds.split(",")]:
+        row = batched(model, start, ctrl, args.steps, n, args.device)
+        row["ratio_vs_one_cpu_core"] = round(row["world_steps_per_s"] / reference, 3)
+        row["world_steps_per_s"] = round(row["world_steps_per_s"], 1)
+        rows.append(row)
+    print(
+        json.dumps(
+            {
+                "device": args.device,
+                "device_name": wp.get_device(args.device).name,
+                "versions": {
+                    "mujoco": mujoco.__version__,
+                    "mujoco_warp": metadata.version("mujoco-warp"),
+                    "warp": wp.__version__,
+                },
+                "substeps_per_control_step": int(ctrl.shape[1]),
+                "cpu_reference_world_steps_per_s": round(reference, 1),
+                "batches": rows,
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
