@@ -112,3 +112,55 @@ def test_worlds_step_in_lockstep_and_finished_ones_are_masked(stack):
     np.testing.assert_array_equal(now[1], held)  # the finished world stays where it ended
     assert np.abs(now[0] - held).max() > 1e-5  # the others go on
     assert now[0, 0] > held[0]  # their clocks too
+
+
+OSC_STEPS = 20
+
+
+def test_osc_for_all_worlds_on_the_device_follows_the_cpu_loop(stack):
+    """Closed loop: the same actions, the goals from each world's own pose and the OSC torques
+    computed on the device every substep (BatchedOSC), against the CPU path's FastStepper.
+    Three worlds from one start; world 2 finishes after 10 steps and is masked."""
+    scene, fast = stack
+    model, data = fast.model, fast.data
+    start = _copy(model, data)
+    rng = np.random.default_rng(2)
+    actions = rng.uniform(-0.3, 0.3, (OSC_STEPS, 7))
+    actions[:, 6] = np.where(np.arange(OSC_STEPS) < OSC_STEPS // 2, 1.0, -1.0)
+    ctrls, reference = [], []
+    for action in actions:
+        fast.step(action, record=ctrls)
+        reference.append(np.concatenate([data.qpos, data.qvel]))
+    ctrls = np.array(ctrls).reshape(OSC_STEPS, fast.substeps, model.nu)
+
+    worlds = mjwarp.BatchedWorlds(model, start, nworld=3, device="cpu")
+    osc = mjwarp.BatchedOSC(worlds, fast)
+    nq, worst, held = model.nq, np.zeros(2), None
+    for k, action in enumerate(actions):
+        # the gripper's command as robosuite formats it from the action (speed-limited, per
+        # attempt on the host): the CPU run's own
+        grip = np.repeat(ctrls[k, 0, fast.grip_act][None], 3, axis=0)
+        osc.control_step(np.repeat(action[None], 3, axis=0), grip)
+        if k == 0:  # the torques of the last substep, both ways
+            np.testing.assert_allclose(
+                worlds.wdata.ctrl.numpy()[0, fast.arm_act],
+                ctrls[0, -1, fast.arm_act],
+                rtol=1e-4,
+                atol=1e-3,
+            )
+        state = np.concatenate([worlds.qpos[0], worlds.qvel[0]])
+        worst = np.maximum(
+            worst,
+            [
+                np.abs(state[:nq] - reference[k][:nq]).max(),
+                np.abs(state[nq:] - reference[k][nq:]).max(),
+            ],
+        )
+        if k == 9:
+            worlds.mask(np.array([False, False, True]))
+            held = worlds.states()[2]
+    assert worst[0] <= QPOS_BOUND and worst[1] <= QVEL_BOUND, worst
+    now = worlds.states()
+    np.testing.assert_array_equal(now[0], now[1])  # lockstep: same start, same actions
+    np.testing.assert_array_equal(now[2], held)  # masked where it finished
+    assert np.abs(now[0, 1:8] - held[1:8]).max() > 100 * QPOS_BOUND  # the arm went on moving

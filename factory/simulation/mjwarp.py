@@ -13,8 +13,14 @@ dataset records which backend made it and a resume with the other one is refused
 (demofactory.build.output_dir). tests/test_mjwarp_reference.py bounds the per-step difference
 on Stack against CPU MuJoCo, the same state and controls both ways.
 
-Not landed yet: the batched attempt loop (OSC, goals and predicates for all worlds on the
-device); `factory run` refuses backend mjwarp until it is (docs/mjwarp.md).
+    BatchedOSC(worlds, stepper)
+      ──► per control step: step1 ─► goals from each world's pose (host, fast_step.arm_goal)
+          ─► per substep: mujoco_warp.jac ─► OSC torques, every world in one warp kernel
+             (mjwarp_kernels.osc_torques) ─► step2; the masked worlds skipped and held
+
+Not landed yet: the rest of the batched attempt loop (retargeted targets, the gripper's
+speed-limited command and the predicates per world, each success's states recorded);
+`factory run` refuses backend mjwarp until it is (docs/mjwarp.md).
 """
 
 from __future__ import annotations
@@ -182,3 +188,148 @@ class BatchedWorlds:
 
 def _rows(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
     return mask.reshape((-1,) + (1,) * (values.ndim - 1))
+
+
+class BatchedOSC:
+    """robosuite's OSC_POSE arm torques for every world at once, on the device.
+
+    The formulas of `demofactory.simulation.fast_step.osc_torques` (uncoupled position and
+    orientation, gravity compensation, nullspace posture; Cholesky solves instead of
+    inverses) in one warp kernel, a thread a world, fed by mujoco_warp's own step1, jac
+    and mass matrix; the torques are clipped to the ctrlrange and written into the worlds'
+    ctrl, as `osc_control` does. The arm's parameters come from the CPU path's
+    `FastStepper` on the same model, so both compute with the same gains and indices.
+
+    `step(goal_pos [N, 3], goal_ori [N, 3, 3], grip [N, ng], substeps)`: one control step,
+    the torques recomputed at every substep (step1 ─► jac ─► torques ─► step2), the gripper's
+    ctrl held, as the CPU loop does. The world-frame goals are computed by the caller from
+    the actions (`goal_from_action`: on the host for now)."""
+
+    def __init__(self, worlds: BatchedWorlds, stepper):
+        self.worlds, self.stepper = worlds, stepper
+        wp = worlds.warp
+        if worlds.wmodel.is_sparse:
+            raise NotImplementedError("BatchedOSC reads a dense mass matrix (nv <= 60 here)")
+        from demofactory.simulation import mjwarp_kernels
+
+        self._kernels = mjwarp_kernels
+        n, nworld, device = len(stepper.qvel_index), worlds.nworld, worlds.device
+        with wp.ScopedDevice(device):
+
+            def ints(values):
+                return wp.array(np.asarray(values, dtype=np.int32), dtype=int)
+
+            def floats(values):
+                return wp.array(np.asarray(values, dtype=np.float32), dtype=float)
+
+            self._const = (
+                ints(stepper.qvel_index),
+                ints(stepper.qpos_index),
+                floats(stepper.kp),
+                floats(stepper.kd),
+                floats(stepper._initial_joint),
+                ints(stepper.arm_act),
+                floats(stepper.arm_low),
+                floats(stepper.arm_high),
+            )
+            self._site = int(stepper.ref_site)
+            body = int(worlds.model.site_bodyid[self._site])
+            self._body = ints(np.full(nworld, body))
+            self._point = wp.zeros(nworld, dtype=wp.vec3)
+            nv = worlds.model.nv
+            self._jacp = wp.zeros((nworld, 3, nv), dtype=float)
+            self._jacr = wp.zeros((nworld, 3, nv), dtype=float)
+            self._scratch = (
+                wp.zeros((nworld, 6, n), dtype=float),  # the arm's Jacobian
+                wp.zeros((nworld, n, n), dtype=float),  # its mass matrix
+                wp.zeros((nworld, n, n), dtype=float),  # its Cholesky factor
+                wp.zeros((nworld, 6, 6), dtype=float),  # J M^-1 J^T
+                wp.zeros((nworld, 3, 3), dtype=float),  # one 3x3 block of it
+                wp.zeros((nworld, 4, n), dtype=float),  # vectors of n: column, goal, posture, moved
+                wp.zeros((nworld, 3, 6), dtype=float),  # vectors of 6: wrench, part, through
+            )
+            self._goal_pos = wp.zeros(nworld, dtype=wp.vec3)
+            self._goal_ori = wp.zeros(nworld, dtype=wp.mat33)
+            self._active = wp.ones(nworld, dtype=int)
+
+    def goals_from_actions(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """World-frame goals [N, 3], [N, 3, 3] of OSC delta actions [N, 6+] from each world's
+        pose now (after step1): `fast_step.arm_goal` per world, on the host."""
+        from demofactory.simulation.fast_step import arm_goal
+
+        stepper = self.stepper
+        if stepper._arm_scale is None:
+            stepper._world_goal(np.zeros(7))  # robosuite computes its scale on first use
+        xpos = self.worlds.wdata.site_xpos.numpy().astype(np.float64)
+        xmat = self.worlds.wdata.site_xmat.numpy().astype(np.float64)
+        center, ref = stepper.center_site, stepper.ref_site
+        pos, ori = [], []
+        for w, action in enumerate(np.asarray(actions, dtype=np.float64)):
+            p, o = arm_goal(
+                np.ascontiguousarray(action[stepper.arm_slice]),
+                *stepper._arm_scale,
+                xpos[w, center],
+                np.ascontiguousarray(xmat[w, center]),
+                xpos[w, ref],
+                np.ascontiguousarray(xmat[w, ref]),
+            )
+            pos.append(p)
+            ori.append(o)
+        return np.array(pos), np.array(ori)
+
+    def control_step(self, actions: np.ndarray, grip: np.ndarray) -> None:
+        """One control step of every world: actions [N, 7] (the goals from each world's pose
+        at the first substep), grip [N, ng] the gripper's ctrl (robosuite's speed-limited
+        command, formatted per attempt on the host)."""
+        worlds, wp, mjw = self.worlds, self.worlds.warp, self.worlds.mjw
+        substeps = self.stepper.substeps
+        with wp.ScopedDevice(worlds.device):
+            mjw.step1(worlds.wmodel, worlds.wdata)
+            pos, ori = self.goals_from_actions(actions)
+            self._goal_pos.assign(wp.array(pos.astype(np.float32), dtype=wp.vec3))
+            self._goal_ori.assign(wp.array(ori.astype(np.float32), dtype=wp.mat33))
+            self._active.assign(wp.array((~worlds.done).astype(np.int32), dtype=int))
+            ctrl = worlds.wdata.ctrl.numpy()
+            low, high = self.stepper.grip_low, self.stepper.grip_high
+            ctrl[:, self.stepper.grip_act] = np.clip(grip, low, high)
+            worlds.wdata.ctrl.assign(wp.array(ctrl, dtype=float))
+            for i in range(substeps):
+                if i:
+                    mjw.step1(worlds.wmodel, worlds.wdata)
+                self._torques()
+                mjw.step2(worlds.wmodel, worlds.wdata)
+            wp.synchronize()
+        if worlds._held is not None:
+            worlds.step(0)  # put the finished worlds back
+
+    def _torques(self) -> None:
+        worlds, wp, mjw = self.worlds, self.worlds.warp, self.worlds.mjw
+        d = worlds.wdata
+        wp.launch(
+            self._kernels.gather_point,
+            dim=worlds.nworld,
+            inputs=[d.site_xpos, self._site],
+            outputs=[self._point],
+        )
+        mjw.jac(worlds.wmodel, d, self._jacp, self._jacr, self._point, self._body)
+        wp.launch(
+            self._kernels.osc_torques,
+            dim=worlds.nworld,
+            inputs=[
+                self._active,
+                self._jacp,
+                self._jacr,
+                d.M,
+                d.qvel,
+                d.qpos,
+                d.qfrc_bias,
+                d.site_xpos,
+                d.site_xmat,
+                self._site,
+                self._goal_pos,
+                self._goal_ori,
+                *self._const,
+                *self._scratch,
+            ],
+            outputs=[d.ctrl],
+        )

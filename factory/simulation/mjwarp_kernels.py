@@ -1,0 +1,167 @@
+"""The warp kernels of demofactory.simulation.mjwarp (imported only with the gpu extra).
+
+`osc_torques`: `demofactory.simulation.fast_step.osc_torques` for every world at once, a thread
+a world, the same formulas and order (Cholesky solves, no inverses), in float32 like the rest of
+MuJoCo Warp. Hand-written because neither robosuite nor mujoco_warp has a batched OSC; the
+scratch arrays are global (one row a world) so that the arm's size is not a compile-time
+constant.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+NULL_KP = 10.0  # robosuite's nullspace posture gains (fast_step.osc_torques)
+
+
+@wp.kernel
+def gather_point(
+    site_xpos: wp.array2d(dtype=wp.vec3), site: int, point: wp.array(dtype=wp.vec3)
+):  # pragma: no cover - compiled
+    w = wp.tid()
+    point[w] = site_xpos[w, site]
+
+
+@wp.func
+def _cholesky(a: wp.array3d(dtype=float), w: int, n: int):  # pragma: no cover - compiled
+    """a[w, :n, :n] = L L^T in place (L in the lower triangle)."""
+    for i in range(n):
+        for j in range(i + 1):
+            acc = a[w, i, j]
+            for k in range(j):
+                acc = acc - a[w, i, k] * a[w, j, k]
+            if i == j:
+                a[w, i, j] = wp.sqrt(acc)
+            else:
+                a[w, i, j] = acc / a[w, j, j]
+
+
+@wp.func
+def _solve(
+    low: wp.array3d(dtype=float), w: int, x: wp.array3d(dtype=float), row: int, n: int
+):  # pragma: no cover - compiled
+    """x[w, row, :n] <- (L L^T)^-1 x[w, row, :n], L the lower triangle of low[w]."""
+    for i in range(n):
+        acc = x[w, row, i]
+        for k in range(i):
+            acc = acc - low[w, i, k] * x[w, row, k]
+        x[w, row, i] = acc / low[w, i, i]
+    for step in range(n):
+        i = n - 1 - step
+        acc = x[w, row, i]
+        for k in range(i + 1, n):
+            acc = acc - low[w, k, i] * x[w, row, k]
+        x[w, row, i] = acc / low[w, i, i]
+
+
+@wp.kernel
+def osc_torques(
+    active: wp.array(dtype=int),
+    jacp: wp.array3d(dtype=float),
+    jacr: wp.array3d(dtype=float),
+    mass_full: wp.array3d(dtype=float),
+    qvel: wp.array2d(dtype=float),
+    qpos: wp.array2d(dtype=float),
+    qfrc_bias: wp.array2d(dtype=float),
+    site_xpos: wp.array2d(dtype=wp.vec3),
+    site_xmat: wp.array2d(dtype=wp.mat33),
+    site: int,
+    goal_pos: wp.array(dtype=wp.vec3),
+    goal_ori: wp.array(dtype=wp.mat33),
+    vel_idx: wp.array(dtype=int),
+    pos_idx: wp.array(dtype=int),
+    kp: wp.array(dtype=float),
+    kd: wp.array(dtype=float),
+    initial_joint: wp.array(dtype=float),
+    act_idx: wp.array(dtype=int),
+    low: wp.array(dtype=float),
+    high: wp.array(dtype=float),
+    jac: wp.array3d(dtype=float),
+    mass: wp.array3d(dtype=float),
+    factor: wp.array3d(dtype=float),
+    lam: wp.array3d(dtype=float),
+    block: wp.array3d(dtype=float),
+    vn: wp.array3d(dtype=float),
+    v6: wp.array3d(dtype=float),
+    ctrl: wp.array2d(dtype=float),
+):  # pragma: no cover - compiled
+    """OSC_POSE torques of world w, clipped to the arm's ctrlrange, into ctrl[w].
+
+    vn rows: 0 a column of M^-1 J^T, 1 the posture goal, 2 M times it, 3 M^-1 of that;
+    v6 rows: 0 the wrench, 1 one 3-vector of it, 2 L J M^-1 posture."""
+    w = wp.tid()
+    if active[w] == 0:
+        return
+    n = vel_idx.shape[0]
+    nv = qvel.shape[1]
+    for a in range(n):
+        va = vel_idx[a]
+        for r in range(3):
+            jac[w, r, a] = jacp[w, r, va]
+            jac[w, 3 + r, a] = jacr[w, r, va]
+        for b in range(n):
+            vb = vel_idx[b]
+            m = mass_full[w, wp.max(va, vb), wp.min(va, vb)]  # the lower triangle
+            mass[w, a, b] = m
+            factor[w, a, b] = m
+    _cholesky(factor, w, n)
+    for c in range(6):  # J M^-1 J^T, a column of M^-1 J^T at a time
+        for a in range(n):
+            vn[w, 0, a] = jac[w, c, a]
+        _solve(factor, w, vn, 0, n)
+        for r in range(6):
+            acc = float(0.0)  # noqa: UP018 - warp: a literal cannot change in a loop
+            for a in range(n):
+                acc = acc + jac[w, r, a] * vn[w, 0, a]
+            lam[w, r, c] = acc
+    ref_pos = site_xpos[w, site]
+    ref_ori = site_xmat[w, site]
+    want_pos = goal_pos[w]
+    want_ori = goal_ori[w]
+    for r in range(3):
+        vel_p = float(0.0)  # noqa: UP018 - warp: a literal cannot change in a loop
+        vel_r = float(0.0)  # noqa: UP018 - warp: a literal cannot change in a loop
+        for d in range(nv):
+            vel_p = vel_p + jacp[w, r, d] * qvel[w, d]
+            vel_r = vel_r + jacr[w, r, d] * qvel[w, d]
+        k = (r + 1) % 3
+        m2 = (r + 2) % 3
+        err = float(0.0)  # noqa: UP018 - warp: a literal cannot change in a loop
+        for c in range(3):
+            err = err + 0.5 * (ref_ori[k, c] * want_ori[m2, c] - ref_ori[m2, c] * want_ori[k, c])
+        v6[w, 0, r] = (want_pos[r] - ref_pos[r]) * kp[r] - vel_p * kd[r]
+        v6[w, 0, 3 + r] = err * kp[3 + r] - vel_r * kd[3 + r]
+    for half in range(2):  # uncoupled: each 3-vector through its own block of J M^-1 J^T
+        o = 3 * half
+        for r in range(3):
+            v6[w, 1, r] = v6[w, 0, o + r]
+            for c in range(3):
+                block[w, r, c] = lam[w, o + r, o + c]
+        _cholesky(block, w, 3)
+        _solve(block, w, v6, 1, 3)
+        for r in range(3):
+            v6[w, 0, o + r] = v6[w, 1, r]
+    damping = 2.0 * wp.sqrt(NULL_KP)
+    for a in range(n):
+        vn[w, 1, a] = (
+            NULL_KP * (initial_joint[a] - qpos[w, pos_idx[a]]) - damping * qvel[w, vel_idx[a]]
+        )
+    for a in range(n):
+        acc = float(0.0)  # noqa: UP018 - warp: a literal cannot change in a loop
+        for b in range(n):
+            acc = acc + mass[w, a, b] * vn[w, 1, b]
+        vn[w, 2, a] = acc
+        vn[w, 3, a] = acc
+    _solve(factor, w, vn, 3, n)
+    for r in range(6):
+        acc = float(0.0)  # noqa: UP018 - warp: a literal cannot change in a loop
+        for a in range(n):
+            acc = acc + jac[w, r, a] * vn[w, 3, a]
+        v6[w, 2, r] = acc
+    _cholesky(lam, w, 6)
+    _solve(lam, w, v6, 2, 6)
+    for a in range(n):
+        acc = qfrc_bias[w, vel_idx[a]] + vn[w, 2, a]
+        for r in range(6):
+            acc = acc + jac[w, r, a] * (v6[w, 0, r] - v6[w, 2, r])
+        ctrl[w, act_idx[a]] = wp.clamp(acc, low[a], high[a])
