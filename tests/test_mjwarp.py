@@ -156,3 +156,21 @@ def test_validate_checks_the_stack_model_against_mujoco_warp(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "backend: mjwarp (MuJoCo Warp 3.9.0.1" in result.stdout
     assert "the model is supported" in result.stdout
+
+
+@needs_mjwarp
+@pytest.mark.sim
+@pytest.mark.slow
+def test_validate_refuses_mjwarp_where_the_fast_loop_is_off(tmp_path):
+    spec = write_spec(
+        tmp_path / "slow_loop.yaml",
+        "stack.yaml",
+        generation={"backend": "mjwarp"},
+        task={"fast_control": False},
+    )
+    result = factory(REPO, "validate", spec)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "generation.backend: mjwarp runs the factory's own OSC loop" in lines[0]
+    assert "(task.fast_control: false); set generation.backend: cpu" in lines[0]

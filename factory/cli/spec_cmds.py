@@ -59,9 +59,17 @@ def _backend(resolved, where: Path) -> str:
     spec = resolved.spec
     if spec.generation.backend == "cpu":
         return "cpu"
+    from demofactory.errors import SpecError
     from demofactory.simulation import mjwarp
 
     for scene in [resolved.scene, *(r.scene for r in resolved.robots.values())]:
+        if not scene.fast_control:  # the batched loop is FastStepper's, for all worlds
+            raise SpecError(
+                where,
+                "generation.backend",
+                "mjwarp runs the factory's own OSC loop, which this robot does not take "
+                f"({scene.fast_control_note}); set generation.backend: cpu",
+            )
         mjwarp.check_model(scene.model, str(where))
     found = mjwarp.versions()
     return (
