@@ -7,15 +7,16 @@ has mujoco, mujoco-warp and warp-lang (no robosuite needed: benchmarks/device_ch
     .venv/bin/python benchmarks/bench_batched.py --spec scene_specs/stack.yaml \\
         --save-trace .devdata/stack_trace.npz
     .venv/bin/python benchmarks/bench_batched.py --trace .devdata/stack_trace.npz \\
-        --device cpu --worlds 1,4,16 --steps 4
+        --device cpu --worlds 1,4,16 --steps 4 [--osc]
 
 Both ways replay the same controls from the same state: CPU MuJoCo `mj_step` on one MjData
 (the reference, measured in the same run), and MuJoCo Warp stepping every world of a batch
 together. The figure is world-steps per second and its ratio to the reference; an attempt is
 the same number of physics steps both ways, so the ratio is also the attempts-per-second ratio
-(physics only: no OSC, goals or predicates on the device yet). Per world, ctrl is set once per
-control step (the CPU path recomputes the OSC torques every substep: the batched loop will do
-that on the device). On CUDA the substeps of a control step run as one captured CUDA graph.
+(physics only). Per world, ctrl is set once per control step; on CUDA the substeps of a
+control step run as one captured CUDA graph. `--osc` adds, per batch size, the batched OSC
+loop (BatchedOSC: the goals and the torques of every world recomputed on the device every
+substep, as the CPU path does; the trace's actions), against the same physics-only reference.
 Prints JSON.
 """
 
@@ -57,10 +58,16 @@ def save_trace(spec_path: Path, out: Path, control_steps: int = 50) -> dict:
     mjb = np.zeros(mujoco.mj_sizeModel(model), dtype=np.uint8)
     mujoco.mj_saveModel(model, None, mjb)
     out.parent.mkdir(parents=True, exist_ok=True)
+    from demofactory.simulation.mjwarp import ArmParams
+
+    ctrl = np.array(ctrls).reshape(control_steps, fast.substeps, model.nu)
     np.savez_compressed(
         out,
         mjb=mjb,
-        ctrl=np.array(ctrls).reshape(control_steps, fast.substeps, model.nu),
+        ctrl=ctrl,
+        actions=actions,
+        grip=ctrl[:, 0, fast.grip_act],  # the gripper's ctrl, as robosuite formatted it
+        **ArmParams.from_stepper(fast).as_arrays(),
         time=np.array(data.time),
         **{f"start_{k}": v for k, v in start.items()},
     )
@@ -89,6 +96,39 @@ def load_trace(path: Path):
         getattr(data, k)[:] = z[f"start_{k}"]
     mujoco.mj_forward(model, data)
     return model, data, z["ctrl"]
+
+
+def batched_osc(trace: Path, model, start, steps: int, nworld: int, device: str) -> dict:
+    """World-steps per second of the batched OSC loop (demofactory.simulation.mjwarp.BatchedOSC:
+    goals and torques for every world on the device, every substep), the trace's actions."""
+    import warp as wp
+    from demofactory.simulation.mjwarp import ArmParams, BatchedOSC, BatchedWorlds
+
+    z = np.load(trace)
+    arm = ArmParams.from_arrays(z)
+    actions, grip = z["actions"], z["grip"]
+    t0 = time.perf_counter()
+    worlds = BatchedWorlds(model, start, nworld=nworld, device=device)
+    osc = BatchedOSC(worlds, arm)
+
+    def control(k: int) -> None:
+        a = np.repeat(actions[k % len(actions)][None], nworld, axis=0)
+        osc.control_step(a, np.repeat(grip[k % len(grip)][None], nworld, axis=0))
+
+    control(0)  # compiles (or loads) the kernels
+    setup = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for k in range(steps):
+        control(k + 1)
+    wp.synchronize()
+    took = time.perf_counter() - t0
+    return {
+        "worlds": nworld,
+        "osc": True,
+        "world_steps_per_s": steps * arm.substeps * nworld / took,
+        "setup_s": round(setup, 2),
+        "finite": bool(np.isfinite(worlds.qpos).all()),
+    }
 
 
 def cpu_reference(model, start, ctrl: np.ndarray, steps: int) -> float:
@@ -177,6 +217,11 @@ def main() -> None:
     parser.add_argument("--worlds", default="1,4,16", help="batch sizes, comma separated")
     parser.add_argument("--steps", type=int, default=4, help="control steps timed per batch")
     parser.add_argument("--cpu-steps", type=int, default=40, help="control steps, reference")
+    parser.add_argument(
+        "--osc",
+        action="store_true",
+        help="also time the batched OSC loop (BatchedOSC; needs demofactory importable)",
+    )
     args = parser.parse_args()
     if args.save_trace is not None:
         if args.spec is None:
@@ -198,6 +243,11 @@ def main() -> None:
         row["ratio_vs_one_cpu_core"] = round(row["world_steps_per_s"] / reference, 3)
         row["world_steps_per_s"] = round(row["world_steps_per_s"], 1)
         rows.append(row)
+        if args.osc:
+            row = batched_osc(args.trace, model, start, args.steps, n, args.device)
+            row["ratio_vs_one_cpu_core"] = round(row["world_steps_per_s"] / reference, 3)
+            row["world_steps_per_s"] = round(row["world_steps_per_s"], 1)
+            rows.append(row)
     print(
         json.dumps(
             {

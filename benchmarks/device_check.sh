@@ -40,8 +40,10 @@ if [ "${1:-all}" = batched ]; then  # no GL, diffusers or torch needed
     trace=.devdata/stack_trace.npz
     batched="python3 benchmarks/bench_batched.py --trace $trace --device cuda:0 --cpu-steps 40"
     # first: the kernels compile (a few minutes once, cached under ~/.cache/warp for the rest)
-    step batched_64 300 $batched --worlds 64 --steps 10
-    step batched_sweep 240 $batched --worlds 64,256,1024,4096,8192 --steps 20
+    step batched_64 200 $batched --worlds 64 --steps 10
+    step batched_sweep 200 $batched --worlds 64,256,1024,4096,8192 --steps 20
+    # the batched OSC loop too (needs the project's wheel in .whl, as the render benchmarks do)
+    step batched_osc 120 $batched --worlds 1024,8192 --steps 10 --osc
     exit 0
 fi
 farm="python3 benchmarks/bench_render_farm.py --scene-file $scene --cameras 2"

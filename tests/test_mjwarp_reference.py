@@ -134,7 +134,7 @@ def test_osc_for_all_worlds_on_the_device_follows_the_cpu_loop(stack):
     ctrls = np.array(ctrls).reshape(OSC_STEPS, fast.substeps, model.nu)
 
     worlds = mjwarp.BatchedWorlds(model, start, nworld=3, device="cpu")
-    osc = mjwarp.BatchedOSC(worlds, fast)
+    osc = mjwarp.BatchedOSC(worlds, mjwarp.ArmParams.from_stepper(fast))
     nq, worst, held = model.nq, np.zeros(2), None
     for k, action in enumerate(actions):
         # the gripper's command as robosuite formats it from the action (speed-limited, per

@@ -13,8 +13,8 @@ dataset records which backend made it and a resume with the other one is refused
 (demofactory.build.output_dir). tests/test_mjwarp_reference.py bounds the per-step difference
 on Stack against CPU MuJoCo, the same state and controls both ways.
 
-    BatchedOSC(worlds, stepper)
-      ──► per control step: step1 ─► goals from each world's pose (host, fast_step.arm_goal)
+    BatchedOSC(worlds, ArmParams.from_stepper(fast_stepper))
+      ──► per control step: step1 ─► every world's goal from its own pose (arm_goal kernel)
           ─► per substep: mujoco_warp.jac ─► OSC torques, every world in one warp kernel
              (mjwarp_kernels.osc_torques) ─► step2; the masked worlds skipped and held
 
@@ -25,6 +25,7 @@ speed-limited command and the predicates per world, each success's states record
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import mujoco
@@ -190,31 +191,81 @@ def _rows(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
     return mask.reshape((-1,) + (1,) * (values.ndim - 1))
 
 
+@dataclasses.dataclass(frozen=True)
+class ArmParams:
+    """What the OSC loop needs of a robot, as plain arrays: the CPU path's `FastStepper`'s
+    indices, gains, ranges and action scaling (`from_stepper`), so that a batch (or a
+    benchmark where robosuite is missing, `as_arrays` / `from_arrays`) computes with exactly
+    the same ones."""
+
+    qvel_index: np.ndarray
+    qpos_index: np.ndarray
+    kp: np.ndarray
+    kd: np.ndarray
+    initial_joint: np.ndarray
+    arm_act: np.ndarray
+    arm_low: np.ndarray
+    arm_high: np.ndarray
+    grip_act: np.ndarray
+    grip_low: np.ndarray
+    grip_high: np.ndarray
+    scaling: np.ndarray  # [5, 6]: input min, input max, input shift, scale, output shift
+    ref_site: int
+    center_site: int
+    arm_first: int  # the arm's first component in the action
+    substeps: int
+
+    @classmethod
+    def from_stepper(cls, stepper) -> ArmParams:
+        if stepper._arm_scale is None:
+            stepper._world_goal(np.zeros(7))  # robosuite computes its scale on first use
+        return cls(
+            **{
+                f: np.asarray(getattr(stepper, f))
+                for f in ("qvel_index", "qpos_index", "kp", "kd", "arm_act", "arm_low")
+                + ("arm_high", "grip_act", "grip_low", "grip_high")
+            },
+            initial_joint=np.asarray(stepper._initial_joint),
+            scaling=np.array(stepper._arm_scale),
+            ref_site=int(stepper.ref_site),
+            center_site=int(stepper.center_site),
+            arm_first=int(stepper.arm_slice.start or 0),
+            substeps=int(stepper.substeps),
+        )
+
+    def as_arrays(self, prefix: str = "arm_") -> dict[str, np.ndarray]:
+        return {
+            prefix + f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self)
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays, prefix: str = "arm_") -> ArmParams:
+        values = {f.name: np.asarray(arrays[prefix + f.name]) for f in dataclasses.fields(cls)}
+        for name in ("ref_site", "center_site", "arm_first", "substeps"):
+            values[name] = int(values[name])
+        return cls(**values)
+
+
 class BatchedOSC:
-    """robosuite's OSC_POSE arm torques for every world at once, on the device.
+    """robosuite's OSC_POSE arm for every world at once, on the device.
 
-    The formulas of `demofactory.simulation.fast_step.osc_torques` (uncoupled position and
-    orientation, gravity compensation, nullspace posture; Cholesky solves instead of
-    inverses) in one warp kernel, a thread a world, fed by mujoco_warp's own step1, jac
-    and mass matrix; the torques are clipped to the ctrlrange and written into the worlds'
-    ctrl, as `osc_control` does. The arm's parameters come from the CPU path's
-    `FastStepper` on the same model, so both compute with the same gains and indices.
+    Per control step: mujoco_warp's step1, then every world's world-frame goal from its own
+    pose (`mjwarp_kernels.arm_goal`: `fast_step.arm_goal`) and the gripper's ctrl; per
+    substep: mujoco_warp's `jac` of the reference site and its mass matrix feed
+    `mjwarp_kernels.osc_torques` (`fast_step.osc_torques`: uncoupled position and
+    orientation, gravity compensation, nullspace posture), the torques clipped into ctrl
+    as `osc_control` does, then step2. A control step's only transfers to the device are the
+    actions [N, 7], the gripper's ctrl [N, ng] and the mask [N]. The finished worlds
+    (`worlds.mask`) get no new torques and are held where they finished."""
 
-    `step(goal_pos [N, 3], goal_ori [N, 3, 3], grip [N, ng], substeps)`: one control step,
-    the torques recomputed at every substep (step1 ─► jac ─► torques ─► step2), the gripper's
-    ctrl held, as the CPU loop does. The world-frame goals are computed by the caller from
-    the actions (`goal_from_action`: on the host for now)."""
-
-    def __init__(self, worlds: BatchedWorlds, stepper):
-        self.worlds, self.stepper = worlds, stepper
-        wp = worlds.warp
-        if worlds.wmodel.is_sparse:
-            raise NotImplementedError("BatchedOSC reads a dense mass matrix (nv <= 60 here)")
+    def __init__(self, worlds: BatchedWorlds, arm: ArmParams):
         from demofactory.simulation import mjwarp_kernels
 
-        self._kernels = mjwarp_kernels
-        n, nworld, device = len(stepper.qvel_index), worlds.nworld, worlds.device
-        with wp.ScopedDevice(device):
+        if worlds.wmodel.is_sparse:
+            raise NotImplementedError("BatchedOSC reads a dense mass matrix (nv <= 60 here)")
+        self.worlds, self.arm, self._kernels = worlds, arm, mjwarp_kernels
+        wp, nworld, n = worlds.warp, worlds.nworld, len(arm.qvel_index)
+        with wp.ScopedDevice(worlds.device):
 
             def ints(values):
                 return wp.array(np.asarray(values, dtype=np.int32), dtype=int)
@@ -223,17 +274,18 @@ class BatchedOSC:
                 return wp.array(np.asarray(values, dtype=np.float32), dtype=float)
 
             self._const = (
-                ints(stepper.qvel_index),
-                ints(stepper.qpos_index),
-                floats(stepper.kp),
-                floats(stepper.kd),
-                floats(stepper._initial_joint),
-                ints(stepper.arm_act),
-                floats(stepper.arm_low),
-                floats(stepper.arm_high),
+                ints(arm.qvel_index),
+                ints(arm.qpos_index),
+                floats(arm.kp),
+                floats(arm.kd),
+                floats(arm.initial_joint),
+                ints(arm.arm_act),
+                floats(arm.arm_low),
+                floats(arm.arm_high),
             )
-            self._site = int(stepper.ref_site)
-            body = int(worlds.model.site_bodyid[self._site])
+            self._grip = (ints(arm.grip_act), floats(arm.grip_low), floats(arm.grip_high))
+            self._scaling = wp.array(arm.scaling.astype(np.float32), dtype=float)
+            body = int(worlds.model.site_bodyid[arm.ref_site])
             self._body = ints(np.full(nworld, body))
             self._point = wp.zeros(nworld, dtype=wp.vec3)
             nv = worlds.model.nv
@@ -245,91 +297,63 @@ class BatchedOSC:
                 wp.zeros((nworld, n, n), dtype=float),  # its Cholesky factor
                 wp.zeros((nworld, 6, 6), dtype=float),  # J M^-1 J^T
                 wp.zeros((nworld, 3, 3), dtype=float),  # one 3x3 block of it
-                wp.zeros((nworld, 4, n), dtype=float),  # vectors of n: column, goal, posture, moved
-                wp.zeros((nworld, 3, 6), dtype=float),  # vectors of 6: wrench, part, through
+                wp.zeros((nworld, 4, n), dtype=float),  # column, posture goal, M goal, M^-1 ...
+                wp.zeros((nworld, 3, 6), dtype=float),  # wrench, a 3-vector of it, L J M^-1 ...
             )
+            self._actions = wp.zeros((nworld, 7), dtype=float)
+            self._grip_ctrl = wp.zeros((nworld, len(arm.grip_act)), dtype=float)
             self._goal_pos = wp.zeros(nworld, dtype=wp.vec3)
             self._goal_ori = wp.zeros(nworld, dtype=wp.mat33)
             self._active = wp.ones(nworld, dtype=int)
 
-    def goals_from_actions(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """World-frame goals [N, 3], [N, 3, 3] of OSC delta actions [N, 6+] from each world's
-        pose now (after step1): `fast_step.arm_goal` per world, on the host."""
-        from demofactory.simulation.fast_step import arm_goal
-
-        stepper = self.stepper
-        if stepper._arm_scale is None:
-            stepper._world_goal(np.zeros(7))  # robosuite computes its scale on first use
-        xpos = self.worlds.wdata.site_xpos.numpy().astype(np.float64)
-        xmat = self.worlds.wdata.site_xmat.numpy().astype(np.float64)
-        center, ref = stepper.center_site, stepper.ref_site
-        pos, ori = [], []
-        for w, action in enumerate(np.asarray(actions, dtype=np.float64)):
-            p, o = arm_goal(
-                np.ascontiguousarray(action[stepper.arm_slice]),
-                *stepper._arm_scale,
-                xpos[w, center],
-                np.ascontiguousarray(xmat[w, center]),
-                xpos[w, ref],
-                np.ascontiguousarray(xmat[w, ref]),
-            )
-            pos.append(p)
-            ori.append(o)
-        return np.array(pos), np.array(ori)
-
     def control_step(self, actions: np.ndarray, grip: np.ndarray) -> None:
-        """One control step of every world: actions [N, 7] (the goals from each world's pose
-        at the first substep), grip [N, ng] the gripper's ctrl (robosuite's speed-limited
-        command, formatted per attempt on the host)."""
-        worlds, wp, mjw = self.worlds, self.worlds.warp, self.worlds.mjw
-        substeps = self.stepper.substeps
+        """One control step of every world: actions [N, 7] (OSC delta pose + gripper), grip
+        [N, ng] the gripper's ctrl (robosuite's speed-limited command, formatted per attempt
+        on the host: it depends on the actions only)."""
+        worlds, wp, mjw, k = self.worlds, self.worlds.warp, self.worlds.mjw, self._kernels
+        d = worlds.wdata
         with wp.ScopedDevice(worlds.device):
-            mjw.step1(worlds.wmodel, worlds.wdata)
-            pos, ori = self.goals_from_actions(actions)
-            self._goal_pos.assign(wp.array(pos.astype(np.float32), dtype=wp.vec3))
-            self._goal_ori.assign(wp.array(ori.astype(np.float32), dtype=wp.mat33))
-            self._active.assign(wp.array((~worlds.done).astype(np.int32), dtype=int))
-            ctrl = worlds.wdata.ctrl.numpy()
-            low, high = self.stepper.grip_low, self.stepper.grip_high
-            ctrl[:, self.stepper.grip_act] = np.clip(grip, low, high)
-            worlds.wdata.ctrl.assign(wp.array(ctrl, dtype=float))
-            for i in range(substeps):
+            given = np.ascontiguousarray(actions, dtype=np.float32)
+            if self._actions.shape != given.shape:  # the gripper's share of an action varies
+                self._actions = wp.array(given, dtype=float)
+            else:
+                self._actions.assign(given)
+            self._grip_ctrl.assign(np.ascontiguousarray(grip, dtype=np.float32))
+            self._active.assign((~worlds.done).astype(np.int32))
+            mjw.step1(worlds.wmodel, d)
+            arm = self.arm
+            wp.launch(
+                k.arm_goal,
+                dim=worlds.nworld,
+                inputs=[self._actions, arm.arm_first, self._scaling, d.site_xpos, d.site_xmat]
+                + [arm.center_site, arm.ref_site],
+                outputs=[self._goal_pos, self._goal_ori],
+            )
+            wp.launch(
+                k.set_columns,
+                dim=(worlds.nworld, len(arm.grip_act)),
+                inputs=[d.ctrl, self._grip[0], self._grip_ctrl, self._grip[1], self._grip[2]],
+            )
+            for i in range(arm.substeps):
                 if i:
-                    mjw.step1(worlds.wmodel, worlds.wdata)
+                    mjw.step1(worlds.wmodel, d)
                 self._torques()
-                mjw.step2(worlds.wmodel, worlds.wdata)
+                mjw.step2(worlds.wmodel, d)
             wp.synchronize()
         if worlds._held is not None:
             worlds.step(0)  # put the finished worlds back
 
     def _torques(self) -> None:
-        worlds, wp, mjw = self.worlds, self.worlds.warp, self.worlds.mjw
+        worlds, wp, mjw, k = self.worlds, self.worlds.warp, self.worlds.mjw, self._kernels
         d = worlds.wdata
-        wp.launch(
-            self._kernels.gather_point,
-            dim=worlds.nworld,
-            inputs=[d.site_xpos, self._site],
-            outputs=[self._point],
-        )
+        site = self.arm.ref_site
+        wp.launch(k.gather_point, dim=worlds.nworld, inputs=[d.site_xpos, site, self._point])
         mjw.jac(worlds.wmodel, d, self._jacp, self._jacr, self._point, self._body)
         wp.launch(
-            self._kernels.osc_torques,
+            k.osc_torques,
             dim=worlds.nworld,
-            inputs=[
-                self._active,
-                self._jacp,
-                self._jacr,
-                d.M,
-                d.qvel,
-                d.qpos,
-                d.qfrc_bias,
-                d.site_xpos,
-                d.site_xmat,
-                self._site,
-                self._goal_pos,
-                self._goal_ori,
-                *self._const,
-                *self._scratch,
-            ],
+            inputs=[self._active, self._jacp, self._jacr, d.M, d.qvel, d.qpos, d.qfrc_bias]
+            + [d.site_xpos, d.site_xmat, site, self._goal_pos, self._goal_ori]
+            + [*self._const, *self._scratch],
             outputs=[d.ctrl],
         )

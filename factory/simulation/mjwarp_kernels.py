@@ -165,3 +165,73 @@ def osc_torques(
         for r in range(6):
             acc = acc + jac[w, r, a] * (v6[w, 0, r] - v6[w, 2, r])
         ctrl[w, act_idx[a]] = wp.clamp(acc, low[a], high[a])
+
+
+@wp.func
+def _scaled(
+    actions: wp.array2d(dtype=float),
+    w: int,
+    first: int,
+    i: int,
+    scaling: wp.array2d(dtype=float),
+):  # pragma: no cover - compiled
+    """robosuite's `scale_action` of action component i: clip to the input range, then
+    (a - input shift) * scale + output shift; scaling rows: min, max, in shift, scale, out
+    shift."""
+    clipped = wp.clamp(actions[w, first + i], scaling[0, i], scaling[1, i])
+    return (clipped - scaling[2, i]) * scaling[3, i] + scaling[4, i]
+
+
+@wp.kernel
+def arm_goal(
+    actions: wp.array2d(dtype=float),
+    first: int,
+    scaling: wp.array2d(dtype=float),
+    site_xpos: wp.array2d(dtype=wp.vec3),
+    site_xmat: wp.array2d(dtype=wp.mat33),
+    center: int,
+    ref: int,
+    goal_pos: wp.array(dtype=wp.vec3),
+    goal_ori: wp.array(dtype=wp.mat33),
+):  # pragma: no cover - compiled
+    """`fast_step.arm_goal` for every world: the OSC delta action's world-frame goal from the
+    reference site's pose, in the base frame of the origin (center) site."""
+    w = wp.tid()
+    delta = wp.vec3(
+        _scaled(actions, w, first, 0, scaling),
+        _scaled(actions, w, first, 1, scaling),
+        _scaled(actions, w, first, 2, scaling),
+    )
+    rot = wp.vec3(
+        _scaled(actions, w, first, 3, scaling),
+        _scaled(actions, w, first, 4, scaling),
+        _scaled(actions, w, first, 5, scaling),
+    )
+    angle = wp.length(rot)
+    turn = wp.identity(n=3, dtype=float)
+    if angle != 0.0:  # robosuite: exactly zero is no turn
+        axis = rot / angle
+        half = wp.sin(angle / 2.0)
+        turn = wp.quat_to_matrix(
+            wp.quat(axis[0] * half, axis[1] * half, axis[2] * half, wp.cos(angle / 2.0))
+        )
+    origin_pos = site_xpos[w, center]
+    origin_ori = site_xmat[w, center]
+    to_base = wp.transpose(origin_ori)
+    local_pos = to_base @ (site_xpos[w, ref] - origin_pos) + delta
+    local_ori = turn @ (to_base @ site_xmat[w, ref])
+    goal_pos[w] = origin_pos + origin_ori @ local_pos
+    goal_ori[w] = origin_ori @ local_ori
+
+
+@wp.kernel
+def set_columns(
+    ctrl: wp.array2d(dtype=float),
+    columns: wp.array(dtype=int),
+    values: wp.array2d(dtype=float),
+    low: wp.array(dtype=float),
+    high: wp.array(dtype=float),
+):  # pragma: no cover - compiled
+    """ctrl[w, columns[j]] = values[w, j], clipped to [low[j], high[j]] (the gripper's)."""
+    w, j = wp.tid()
+    ctrl[w, columns[j]] = wp.clamp(values[w, j], low[j], high[j])
