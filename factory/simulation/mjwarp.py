@@ -217,6 +217,8 @@ class ArmParams:
 
     @classmethod
     def from_stepper(cls, stepper) -> ArmParams:
+        if stepper.joint or stepper.absolute:  # generation's controller is delta OSC_POSE
+            raise NotImplementedError("BatchedOSC runs the delta OSC_POSE controller only")
         if stepper._arm_scale is None:
             stepper._world_goal(np.zeros(7))  # robosuite computes its scale on first use
         return cls(
