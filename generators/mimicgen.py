@@ -159,13 +159,21 @@ class _Outcome:
     completed: tuple[int, ...] = ()  # spec indices whose check held, in order
 
 
+def attempt_placement(
+    demos: Sequence[AnnotatedDemo], plan: AttemptPlan, params: MimicGenParams
+) -> tuple[np.random.Generator, Placement]:
+    """The attempt's generator, seeded by its plan, and its placement, the first draw from it
+    (the rest of the attempt draws after; a batch of worlds places each world with it)."""
+    rng = np.random.default_rng(plan.seed)
+    start_xy = {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}
+    return rng, sample_placement(params.placement, start_xy, rng)
+
+
 def generate_attempt(
     scene: Scene, demos: Sequence[AnnotatedDemo], plan: AttemptPlan, params: MimicGenParams
 ) -> Attempt:
     """Run one attempt in `scene`; a simulator error is a failed attempt, not a crash."""
-    rng = np.random.default_rng(plan.seed)
-    start_xy = {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}
-    placement = sample_placement(params.placement, start_xy, rng)
+    rng, placement = attempt_placement(demos, plan, params)
     rec, outcome = _Recorder(), _Outcome()
     retries = [0] * len(params.subtasks)
     provenance: dict = {"placement": placement.to_json(), "sources": []}
