@@ -119,14 +119,16 @@ OSC_STEPS = 20
 
 def test_osc_for_all_worlds_on_the_device_follows_the_cpu_loop(stack):
     """Closed loop: the same actions, the goals from each world's own pose and the OSC torques
-    computed on the device every substep (BatchedOSC), against the CPU path's FastStepper.
-    Three worlds from one start; world 2 finishes after 10 steps and is masked."""
+    computed on the device every substep (BatchedOSC), the gripper's ctrl from each world's
+    own hand state (GripperCommands), against the CPU path's FastStepper. Three worlds from
+    one start; world 2 finishes after 10 steps and is masked."""
     scene, fast = stack
     model, data = fast.model, fast.data
     start = _copy(model, data)
     rng = np.random.default_rng(2)
     actions = rng.uniform(-0.3, 0.3, (OSC_STEPS, 7))
     actions[:, 6] = np.where(np.arange(OSC_STEPS) < OSC_STEPS // 2, 1.0, -1.0)
+    grips = mjwarp.GripperCommands(fast, 3)  # each world's hand, from the state now
     ctrls, reference = [], []
     for action in actions:
         fast.step(action, record=ctrls)
@@ -137,10 +139,10 @@ def test_osc_for_all_worlds_on_the_device_follows_the_cpu_loop(stack):
     osc = mjwarp.BatchedOSC(worlds, mjwarp.ArmParams.from_stepper(fast))
     nq, worst, held = model.nq, np.zeros(2), None
     for k, action in enumerate(actions):
-        # the gripper's command as robosuite formats it from the action (speed-limited, per
-        # attempt on the host): the CPU run's own
-        grip = np.repeat(ctrls[k, 0, fast.grip_act][None], 3, axis=0)
-        osc.control_step(np.repeat(action[None], 3, axis=0), grip)
+        batch = np.repeat(action[None], 3, axis=0)
+        grip = grips.ctrl(batch)  # robosuite's speed-limited command, a hand per world
+        np.testing.assert_array_equal(grip[0], ctrls[k, 0, fast.grip_act])  # the CPU run's
+        osc.control_step(batch, grip)
         if k == 0:  # the torques of the last substep, both ways
             np.testing.assert_allclose(
                 worlds.wdata.ctrl.numpy()[0, fast.arm_act],
@@ -164,3 +166,25 @@ def test_osc_for_all_worlds_on_the_device_follows_the_cpu_loop(stack):
     np.testing.assert_array_equal(now[0], now[1])  # lockstep: same start, same actions
     np.testing.assert_array_equal(now[2], held)  # masked where it finished
     assert np.abs(now[0, 1:8] - held[1:8]).max() > 100 * QPOS_BOUND  # the arm went on moving
+
+
+def test_each_world_keeps_its_own_hand(stack):
+    """The gripper's speed limit keeps a state per hand: a world closing and one opening get
+    their own commands, and the CPU path's hand is left as it was."""
+    scene, fast = stack
+    before = np.array(fast.gripper_model.current_action, copy=True)
+    grips = mjwarp.GripperCommands(fast, 2)
+    closing, opening = np.zeros(7), np.zeros(7)
+    closing[6], opening[6] = 1.0, -1.0
+    seen = [grips.ctrl(np.stack([closing, opening])) for _ in range(5)]
+    assert not np.array_equal(seen[-1][0], seen[-1][1])
+    assert not np.array_equal(seen[0][0], seen[-1][0])  # the speed limit: it moves step by step
+    np.testing.assert_array_equal(fast.gripper_model.current_action, before)
+    # world 0 alone, the way FastStepper formats it
+    fast.gripper_model.current_action = before.copy()
+    for k in range(5):
+        fast._set_grip(closing)
+        np.testing.assert_array_equal(
+            seen[k][0], np.clip(fast._grip_ctrl, fast.grip_low, fast.grip_high)
+        )
+    fast.gripper_model.current_action = before

@@ -18,8 +18,11 @@ on Stack against CPU MuJoCo, the same state and controls both ways.
           ─► per substep: mujoco_warp.jac ─► OSC torques, every world in one warp kernel
              (mjwarp_kernels.osc_torques) ─► step2; the masked worlds skipped and held
 
-Not landed yet: the rest of the batched attempt loop (retargeted targets, the gripper's
-speed-limited command and the predicates per world, each success's states recorded);
+    GripperCommands(fast_stepper, N): each world's gripper ctrl from its actions (robosuite's
+      speed-limited command, a hand state per world, on the host)
+
+Not landed yet: the rest of the batched attempt loop (retargeted targets and the predicates
+per world, each success's states recorded, physics draws per world);
 `factory run` refuses backend mjwarp until it is (docs/mjwarp.md).
 """
 
@@ -246,6 +249,36 @@ class ArmParams:
         for name in ("ref_site", "center_site", "arm_first", "substeps"):
             values[name] = int(values[name])
         return cls(**values)
+
+
+class GripperCommands:
+    """Each world's gripper ctrl from its actions: robosuite's own speed-limited command
+    (`format_action`, which keeps the hand's state) and scaling, as `FastStepper._set_grip`
+    computes it, with one hand state per world. On the host: it depends on the actions alone,
+    and robosuite's gripper classes differ in how they format."""
+
+    def __init__(self, stepper, nworld: int):
+        self.stepper = stepper
+        now = np.array(stepper.gripper_model.current_action, copy=True)
+        self.hands = [now.copy() for _ in range(nworld)]
+
+    def ctrl(self, actions: np.ndarray) -> np.ndarray:
+        """[N, ng] the gripper's ctrl, clipped to its range, for actions [N, 7]."""
+        stepper = self.stepper
+        hand = stepper.gripper_model
+        saved = (np.array(hand.current_action, copy=True), getattr(stepper, "_grip_ctrl", None))
+        out = []
+        try:
+            for w, action in enumerate(actions):
+                hand.current_action = self.hands[w]
+                stepper._set_grip(np.asarray(action))
+                self.hands[w] = np.array(hand.current_action, copy=True)
+                out.append(np.clip(stepper._grip_ctrl, stepper.grip_low, stepper.grip_high))
+        finally:  # the CPU path's own hand is left as it was
+            hand.current_action = saved[0]
+            if saved[1] is not None:
+                stepper._grip_ctrl = saved[1]
+        return np.array(out, dtype=np.float64).reshape(len(actions), -1)
 
 
 class BatchedOSC:
