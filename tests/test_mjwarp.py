@@ -69,6 +69,7 @@ def test_without_the_extra_one_line_says_how_to_install_it(tmp_path, verb):
 
 
 @needs_mjwarp
+@pytest.mark.slow  # ~10 s: `factory run` imports Ray and warp
 def test_run_refuses_mjwarp_until_the_batched_loop_lands(tmp_path):
     spec = mjwarp_spec(tmp_path)
     result = factory(tmp_path, "run", spec, "--out", tmp_path / "out")

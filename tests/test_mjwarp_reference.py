@@ -188,3 +188,18 @@ def test_each_world_keeps_its_own_hand(stack):
             seen[k][0], np.clip(fast._grip_ctrl, fast.grip_low, fast.grip_high)
         )
     fast.gripper_model.current_action = before
+
+
+def test_a_batch_that_outgrows_its_contacts_is_an_error(stack):
+    scene, fast = stack
+    model = fast.model
+    start = _copy(model, fast.data)
+    for cube in (scene.env.cubeA, scene.env.cubeB):  # both cubes 2 cm above the table
+        start.qpos[scene.env.sim.model.get_joint_qpos_addr(cube.joints[0])[0] + 2] += 0.02
+    mujoco.mj_forward(model, start)
+    assert start.ncon == 0
+    worlds = mjwarp.BatchedWorlds(model, start, nworld=2, device="cpu")
+    with worlds.warp.ScopedDevice("cpu"):  # room for 2 contacts a world: fewer than they land on
+        worlds.wdata = worlds.mjw.put_data(model, start, nworld=2, nconmax=2, njmax=256)
+    with pytest.raises(RuntimeError, match="MuJoCo Warp ran out of room: .* contacts for 4"):
+        worlds.step(60)  # they fall onto the table

@@ -38,8 +38,9 @@ from demofactory.errors import SpecError
 INSTALL = "pip install 'demofactory[gpu]'"
 FALLBACK = "set generation.backend: cpu"
 # Contacts and constraint rows per world MuJoCo Warp preallocates (it cannot grow them while
-# stepping): the CPU data's own count times this, at least the floors below. Stack holds ~20
-# contacts and ~100 rows while a cube is grasped (measured).
+# stepping): the CPU data's own count times this, at least the floors below. Stack starts with
+# 8 contacts and 33 rows, 13 and 48 at most over bench_batched's trace (measured); a batch that
+# runs out is an error (`BatchedWorlds.check_capacity`), not dropped contacts.
 HEADROOM = 4
 MIN_CONTACTS, MIN_ROWS = 64, 256
 
@@ -144,6 +145,18 @@ class BatchedWorlds:
         self.done = np.zeros(nworld, dtype=bool)
         self._held: dict[str, np.ndarray] | None = None
 
+    def check_capacity(self) -> None:
+        """RuntimeError when the contacts or constraint rows outgrew what was preallocated:
+        MuJoCo Warp then leaves the rest out (it prints, and steps on), and the states would
+        no longer be the model's."""
+        d = self.wdata
+        contacts, rows = int(d.nacon.numpy()[0]), int(d.nefc.numpy().max())
+        if contacts > d.naconmax or rows > d.njmax:
+            raise RuntimeError(
+                f"MuJoCo Warp ran out of room: {contacts} contacts for {d.naconmax}, "
+                f"{rows} constraint rows for {d.njmax} (mjwarp.HEADROOM)"
+            )
+
     def _write(self, **fields: np.ndarray) -> None:
         for name, values in fields.items():
             target = getattr(self.wdata, name)
@@ -182,6 +195,8 @@ class BatchedWorlds:
             for _ in range(substeps):
                 self.mjw.step(self.wmodel, self.wdata)
             self.warp.synchronize()
+        if substeps:
+            self.check_capacity()
         if self._held is not None:
             # Held on the host: a finished world's few arrays written back after each step
             # (mujoco_warp steps every world; a per-world skip needs its kernels changed).
@@ -375,6 +390,7 @@ class BatchedOSC:
                 self._torques()
                 mjw.step2(worlds.wmodel, d)
             wp.synchronize()
+        worlds.check_capacity()
         if worlds._held is not None:
             worlds.step(0)  # put the finished worlds back
 
