@@ -120,7 +120,7 @@ class FastStepper:
 
         `record`: a list each substep's ctrl is appended to (a copy, as mj_step2 gets it; the
         Python loop then runs, bit-identical to the compiled one): what the CPU path applies,
-        replayed on MuJoCo Warp by tests/test_mjwarp_reference.py."""
+        replayed on MuJoCo Warp by tests/simulation/test_mjwarp_reference.py."""
         model, data = self.model, self.data
         step1, step2, jac_site, full_m = (
             mujoco.mj_step1,

@@ -10,8 +10,8 @@
 
 MuJoCo Warp computes in float32, CPU MuJoCo in float64: the two never agree bit for bit, so a
 dataset records which backend made it and a resume with the other one is refused
-(demofactory.build.output_dir). tests/test_mjwarp_reference.py bounds the per-step difference
-on Stack against CPU MuJoCo, the same state and controls both ways.
+(demofactory.build.output_dir). tests/simulation/test_mjwarp_reference.py bounds the per-step
+difference on Stack against CPU MuJoCo, the same state and controls both ways.
 
     BatchedOSC(worlds, ArmParams.from_stepper(fast_stepper))
       ──► per control step: step1 ─► every world's goal from its own pose (arm_goal kernel)
