@@ -4,6 +4,9 @@
       -> encode (JPEG; 16-bit PNG depth in mm; PNG labels), optionally on a thread  _encode_views
       -> EpisodeFrames: camera -> T encoded frames, per kind                          render_frames
 
+With `render.detail` other than full, each camera draws its own decimated meshes
+(mesh_detail.py) and skips the geoms wholly outside its view (view_cull.py).
+
 Only successful attempts reach this stage: their states are restored one by
 one into the generation model, so a failed attempt never costs a frame. One
 `mujoco.Renderer` per image size lives as long as the worker. Every image is

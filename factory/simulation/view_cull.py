@@ -27,6 +27,8 @@ import numpy as np
 # a bounding radius grows by this factor (and RADIUS_PAD metres) before the test: float slack
 RADIUS_SLACK = 1.01
 RADIUS_PAD = 1e-3
+_OBJ_GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
+_GEOM_NONE = int(mujoco.mjtGeom.mjGEOM_NONE)
 
 
 def culling_is_exact(model: mujoco.MjModel, shadows: bool, reflections: bool) -> bool:
@@ -71,10 +73,11 @@ def cull_outside_view(scene: mujoco.MjvScene, radii: np.ndarray, aspect: float) 
     left_t = (cam.frustum_center - half) / near
     right_t = (cam.frustum_center + half) / near
     bottom_t, top_t = cam.frustum_bottom / near, cam.frustum_top / near
+    geoms = scene.geoms
     candidates, centres, radius = [], [], []
-    for i in range(scene.ngeom):
-        geom = scene.geoms[i]
-        if geom.objtype != mujoco.mjtObj.mjOBJ_GEOM or geom.type == mujoco.mjtGeom.mjGEOM_NONE:
+    for i in range(scene.ngeom):  # plain ints: comparing with mujoco's enums costs µs a geom
+        geom = geoms[i]
+        if geom.objtype != _OBJ_GEOM or geom.type == _GEOM_NONE:
             continue
         r = radii[geom.objid]
         if r > 0:
@@ -91,7 +94,7 @@ def cull_outside_view(scene: mujoco.MjvScene, radii: np.ndarray, aspect: float) 
         outside |= sign * (u - t * z) / math.sqrt(1 + t * t) > r
     culled = []
     for i in np.flatnonzero(outside):
-        geom = scene.geoms[candidates[i]]
-        geom.type = mujoco.mjtGeom.mjGEOM_NONE
+        geom = geoms[candidates[i]]
+        geom.type = _GEOM_NONE
         culled.append(int(geom.objid))
     return culled
