@@ -2,6 +2,7 @@
 
     LP_NUM_THREADS=0 .venv/bin/python benchmarks/profile_frame.py [--spec scene_specs/stack.yaml]
         [--cameras agentview,robot0_eye_in_hand] [--sizes 84,224] [--frames 40] [--rounds 3]
+        [--glibc-default-heap] [--scene-file stack_scene.npz]
 
 On the states of the spec's first seed demo, per camera and size, CPU milliseconds per frame
 (this process, all threads; LP_NUM_THREADS=0 keeps llvmpipe's rasteriser on the calling thread),
@@ -9,9 +10,10 @@ best of `--rounds`, for the frame's pieces (`mjv_updateScene`, `mjr_render` foll
 `glFinish` so the rasterisation is billed to it, `mjr_readPixels`, the flip) and for the same
 frame changed one way at a time: no geom drawn, no mesh geom drawn, shadows off, skybox off,
 view culling (factory/simulation/view_cull.py), `render.detail: auto` with and without culling.
-Minor page faults per frame too. The spec's render settings (reflections, shadows,
-multisamples) apply; geoms of groups 1 and 2 are drawn, as the factory does. Prints one JSON
-object; docs/render_detail.md has the figures.
+Minor page faults per frame too (`--glibc-default-heap`: without `keep_freed_heap`, as before
+it; whether a renderer then faults depends on the heap's layout). The spec's render settings
+(reflections, shadows, multisamples) apply; geoms of groups 1 and 2 are drawn, as the factory
+does. Prints one JSON object; docs/render_detail.md has the figures.
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ import argparse
 import json
 import os
 import resource
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from demofactory.seeds.resolve import resolve_spec
 from demofactory.simulation.render import detail_model, keep_freed_heap
 from demofactory.simulation.view_cull import cull_outside_view, geom_radii
@@ -36,14 +43,30 @@ def main() -> None:
     parser.add_argument("--sizes", default="84,224")
     parser.add_argument("--frames", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--scene-file",
+        default=None,
+        help="a saved scene (benchmarks/scene_file.py) instead of building the env: no auto rows",
+    )
+    parser.add_argument(
+        "--glibc-default-heap",
+        action="store_true",
+        help="leave malloc's trim and mmap thresholds at glibc's defaults (no keep_freed_heap)",
+    )
     args = parser.parse_args()
     import mujoco  # after demofactory: it picks the GL backend
     from OpenGL import GL
 
-    keep_freed_heap()  # as every FrameRenderer does
+    if not args.glibc_default_heap:
+        keep_freed_heap()  # as every FrameRenderer does
     spec = load_spec(args.spec)
-    resolved = resolve_spec(spec)
-    scene, states = resolved.scene, resolved.demos[0].demo.states
+    if args.scene_file:
+        from scene_file import load_scene_file
+
+        scene, states = load_scene_file(Path(args.scene_file))
+    else:
+        resolved = resolve_spec(spec)
+        scene, states = resolved.scene, resolved.demos[0].demo.states
     picks = np.linspace(0, len(states) - 1, min(args.frames, len(states))).round().astype(int)
     states = states[picks]
     model, settings = scene.model, spec.render
@@ -149,6 +172,7 @@ def main() -> None:
                 "rounds": args.rounds,
                 "mujoco_gl": os.environ.get("MUJOCO_GL"),
                 "lp_num_threads": os.environ.get("LP_NUM_THREADS"),
+                "glibc_default_heap": args.glibc_default_heap,
                 "load_average_1min": round(os.getloadavg()[0], 2),
                 "results": results,
             }
