@@ -110,12 +110,17 @@ class FrameRenderer:
         # render.detail other than full also skips the geoms wholly outside a camera's view
         # (view_cull: exact, so only where shadows and reflections cannot show them)
         self._cull_radii: dict[str, np.ndarray] = {}
+        self._geom_faces: dict[str, np.ndarray] = {}  # camera -> [ngeom] mesh faces drawn
         if settings.detail != "full" and culling_is_exact(
             scene.model, settings.shadows, settings.reflections
         ):
             for cam in self.cameras:
-                self._cull_radii[cam.name] = geom_radii(
-                    scene.model, self._render_models.get(cam.name)
+                drawn = self._render_models.get(cam.name)
+                self._cull_radii[cam.name] = geom_radii(scene.model, drawn)
+                drawn = scene.model if drawn is None else drawn
+                is_mesh = drawn.geom_type == mujoco.mjtGeom.mjGEOM_MESH
+                self._geom_faces[cam.name] = np.where(
+                    is_mesh, drawn.mesh_facenum[np.where(is_mesh, drawn.geom_dataid, 0)], 0
                 )
         # camera -> [frames, geoms culled, mesh faces culled], summed over its frames
         self.culled: dict[str, list[int]] = {name: [0, 0, 0] for name in self._cull_radii}
@@ -197,13 +202,10 @@ class FrameRenderer:
         return CameraViews(rgb, depth, labels)
 
     def _count_culled(self, camera: str, geoms: list[int]) -> None:
-        model = self._render_models.get(camera) or self.scene.model
         counts = self.culled[camera]
         counts[0] += 1
         counts[1] += len(geoms)
-        for g in geoms:
-            if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH:
-                counts[2] += int(model.mesh_facenum[model.geom_dataid[g]])
+        counts[2] += int(self._geom_faces[camera][geoms].sum())
 
     def _labels(self, ids: np.ndarray, mode: str) -> np.ndarray:
         is_geom = ids[..., 1] == mujoco.mjtObj.mjOBJ_GEOM
