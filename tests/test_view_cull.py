@@ -19,6 +19,7 @@ pytestmark = pytest.mark.sim  # renders with MuJoCo's GL context
 XML = """
 <mujoco>
   <visual><global offwidth="64" offheight="64"/></visual>
+  <asset><mesh name="tetra" vertex="0 0 0  0.2 0 0  0 0.2 0  0 0 0.2"/></asset>
   <default><geom group="1"/></default>
   <worldbody>
     <light name="sun" pos="0 0 3" dir="0 0 -1" castshadow="{castshadow}"/>
@@ -31,6 +32,7 @@ XML = """
     <geom name="edge" type="sphere" size="0.2" pos="1.1 0 0" rgba="0 1 0 1"/>
     <geom name="aside" type="box" size="0.1 0.1 0.1" pos="2.5 0 0.1" rgba="0 0 1 1"/>
     <geom name="behind" type="sphere" size="0.1" pos="0 0 2.5" rgba="1 1 0 1"/>
+    <geom name="mesh_aside" type="mesh" mesh="tetra" pos="-2.5 0 0.1" rgba="0 1 1 1"/>
   </worldbody>
 </mujoco>
 """
@@ -86,9 +88,10 @@ def test_culled_geoms_change_no_pixel_of_rgb_depth_or_labels():
         assert np.array_equal(a.rgb, b.rgb)
         assert np.array_equal(a.depth, b.depth)
         assert np.array_equal(a.labels, b.labels)
-    frames, geoms, _faces = culled["top"]
-    # 'aside' and 'behind' in all three frames, the box in the one where it moved out
-    assert (frames, geoms) == (3, 7)
+    frames, geoms, faces = culled["top"]
+    # 'aside', 'behind' and 'mesh_aside' in all three frames, the box in the one it moved out
+    assert (frames, geoms) == (3, 10)
+    assert faces == 3 * int(scene.model.mesh_facenum[0])  # the tetrahedron's 4 faces, thrice
     labels = np.concatenate([v.labels.ravel() for v in full])
     assert geom_id(scene.model, "edge") + 1 in labels  # straddles the frustum: kept and seen
     assert geom_id(scene.model, "aside") + 1 not in labels

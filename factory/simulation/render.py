@@ -118,10 +118,10 @@ class FrameRenderer:
                 drawn = self._render_models.get(cam.name)
                 self._cull_radii[cam.name] = geom_radii(scene.model, drawn)
                 drawn = scene.model if drawn is None else drawn
+                faces = np.zeros(drawn.ngeom, np.int64)
                 is_mesh = drawn.geom_type == mujoco.mjtGeom.mjGEOM_MESH
-                self._geom_faces[cam.name] = np.where(
-                    is_mesh, drawn.mesh_facenum[np.where(is_mesh, drawn.geom_dataid, 0)], 0
-                )
+                faces[is_mesh] = drawn.mesh_facenum[drawn.geom_dataid[is_mesh]]
+                self._geom_faces[cam.name] = faces
         # camera -> [frames, geoms culled, mesh faces culled], summed over its frames
         self.culled: dict[str, list[int]] = {name: [0, 0, 0] for name in self._cull_radii}
 
