@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -68,11 +69,24 @@ def _render_all(renderer: FrameRenderer, scene, states, camera: str) -> tuple[li
     threads: Mesa's llvmpipe renders on several)."""
     images = []
     start, cpu = time.perf_counter(), time.process_time()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for state in states:
         scene.set_state(state)
         images.append(renderer.render_current()[camera])
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    _FAULTS[id(renderer)] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / len(
+        states
+    )
     return images, len(states) / wall, len(states) / max(cpu, 1e-9)
+
+
+_FAULTS: dict[int, float] = {}  # renderer -> minor page faults per frame, its latest pass
+
+
+def _faces_per_frame(renderer: FrameRenderer, camera: str, faces_drawn: int) -> float:
+    """Mesh faces sent to GL per frame: the render model's, less those view culling skipped."""
+    frames, _, culled = renderer.culled.get(camera, (0, 0, 0))
+    return round(faces_drawn - (culled / frames if frames else 0), 1)
 
 
 def compare(full: list[np.ndarray], other: list[np.ndarray]) -> dict:
@@ -161,6 +175,19 @@ def detail_main(args) -> None:
                     **quality,
                     "psnr_ok": bool(quality["psnr_db"] >= PSNR_TARGET_DB),
                     "render_model_build_s": round(build_s, 2),
+                    "faces_per_frame": {
+                        "full": dec_r.detail.faces_full,
+                        "detail": _faces_per_frame(dec_r, camera, dec_r.detail.faces_drawn),
+                    },
+                    "geoms_culled_per_frame": round(
+                        dec_r.culled[camera][1] / max(dec_r.culled[camera][0], 1), 1
+                    )
+                    if camera in dec_r.culled
+                    else 0,
+                    "minor_page_faults_per_frame": {
+                        "full": round(_FAULTS[id(full_r)], 1),
+                        "detail": round(_FAULTS[id(dec_r)], 1),
+                    },
                     "meshes": dec_r.detail.to_json(),
                 }
             )

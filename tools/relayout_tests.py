@@ -67,6 +67,7 @@ TABLE = {
     "test_physics.py": "simulation",
     "test_release.py": "simulation",
     "test_render_detail.py": "simulation",
+    "test_view_cull.py": "simulation",
     "test_render_modes.py": "simulation",
     "test_scene_registry.py": "simulation",
     "test_scene_yaml.py": "simulation",

@@ -528,8 +528,9 @@ class RenderSpec(StrictModel):
     detail: Literal["full", "auto"] | Annotated[int, Field(ge=1)] = Field(
         "full",
         description="Visual mesh detail: full; auto (a face budget per mesh from the cameras' "
-        "resolution and field of view); or a positive number of faces per mesh. Collision "
-        "geoms and physics are never changed (docs/render_detail.md).",
+        "resolution and field of view); or a positive number of faces per mesh. Other than full "
+        "also skips the geoms wholly outside each camera's view (exact). Collision geoms and "
+        "physics are never changed (docs/render_detail.md).",
     )
     gpus_per_worker: float = Field(
         0.0,

@@ -1,0 +1,109 @@
+"""View culling (render.detail other than full): geoms wholly outside a camera's view are not
+drawn, and every picture stays the same bit for bit."""
+
+from __future__ import annotations
+
+import demofactory  # noqa: F401  (selects the GL backend before mujoco)
+import mujoco
+import numpy as np
+import pytest
+from demofactory.simulation.render import FrameRenderer, keep_freed_heap
+from demofactory.simulation.view_cull import culling_is_exact
+from demofactory.specs.spec import CameraSpec, RenderSpec
+
+pytestmark = pytest.mark.sim  # renders with MuJoCo's GL context
+
+# Visual geoms (group 1: the factory does not draw group 0). A camera at z = 2 looking down -z
+# (45 degree fovy, 48x40 px: at the floor, z = 0, it sees |x| < 0.99, |y| < 0.83); 'edge', at
+# x = 1.1 with radius 0.2, straddles the side plane.
+XML = """
+<mujoco>
+  <visual><global offwidth="64" offheight="64"/></visual>
+  <asset><mesh name="tetra" vertex="0 0 0  0.2 0 0  0 0.2 0  0 0 0.2"/></asset>
+  <default><geom group="1"/></default>
+  <worldbody>
+    <light name="sun" pos="0 0 3" dir="0 0 -1" castshadow="{castshadow}"/>
+    <camera name="top" pos="0 0 2" fovy="45"/>
+    <geom name="floor" type="plane" size="3 3 0.1" rgba="0.8 0.8 0.8 1"/>
+    <body name="mover" pos="0 0 0.2">
+      <freejoint/>
+      <geom name="seen" type="box" size="0.1 0.1 0.1" rgba="1 0 0 1"/>
+    </body>
+    <geom name="edge" type="sphere" size="0.2" pos="1.1 0 0" rgba="0 1 0 1"/>
+    <geom name="aside" type="box" size="0.1 0.1 0.1" pos="2.5 0 0.1" rgba="0 0 1 1"/>
+    <geom name="behind" type="sphere" size="0.1" pos="0 0 2.5" rgba="1 1 0 1"/>
+    <geom name="mesh_aside" type="mesh" mesh="tetra" pos="-2.5 0 0.1" rgba="0 1 1 1"/>
+  </worldbody>
+</mujoco>
+"""
+
+
+class XmlScene:
+    """What FrameRenderer reads from a Scene, for a bare MuJoCo model (no robosuite env, so
+    render.detail has no XML to decimate: only culling differs between the renderers)."""
+
+    def __init__(self, castshadow: bool = False):
+        self.model = mujoco.MjModel.from_xml_string(XML.format(castshadow=str(castshadow).lower()))
+        self.data = mujoco.MjData(self.model)
+        self.bodies = {"mover": 1}
+
+    def set_state(self, state: np.ndarray) -> None:
+        self.data.qpos[:] = state
+        mujoco.mj_forward(self.model, self.data)
+
+
+def states(scene: XmlScene) -> list[np.ndarray]:
+    """The box in view, then moved out to the side, then back in."""
+    out = []
+    for x in (0.0, 3.0, 0.4):
+        q = scene.model.qpos0.copy()
+        q[0] = x
+        out.append(q)
+    return out
+
+
+def geom_id(model, name: str) -> int:
+    return mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, name)
+
+
+def render_all(scene: XmlScene, detail, shadows: bool = False):
+    cam = CameraSpec(name="top", width=48, height=40, depth=True, segmentation="geom")
+    renderer = FrameRenderer(scene, [cam], RenderSpec(detail=detail, shadows=shadows))
+    views = []
+    try:
+        for state in states(scene):
+            scene.set_state(state)
+            views.append(renderer.render_views()["top"])
+        return views, renderer.culled
+    finally:
+        renderer.close()
+
+
+def test_culled_geoms_change_no_pixel_of_rgb_depth_or_labels():
+    scene = XmlScene()
+    full, none_culled = render_all(scene, "full")
+    culled_views, culled = render_all(scene, 500)
+    assert none_culled == {}  # full draws every geom, as MuJoCo does
+    for a, b in zip(full, culled_views, strict=True):
+        assert np.array_equal(a.rgb, b.rgb)
+        assert np.array_equal(a.depth, b.depth)
+        assert np.array_equal(a.labels, b.labels)
+    frames, geoms, faces = culled["top"]
+    # 'aside', 'behind' and 'mesh_aside' in all three frames, the box in the one it moved out
+    assert (frames, geoms) == (3, 10)
+    assert faces == 3 * int(scene.model.mesh_facenum[0])  # the tetrahedron's 4 faces, thrice
+    labels = np.concatenate([v.labels.ravel() for v in full])
+    assert geom_id(scene.model, "edge") + 1 in labels  # straddles the frustum: kept and seen
+    assert geom_id(scene.model, "aside") + 1 not in labels
+
+
+def test_culling_is_off_where_an_unseen_geom_could_cast_a_shadow_into_view():
+    scene = XmlScene(castshadow=True)
+    assert not culling_is_exact(scene.model, shadows=True, reflections=False)
+    assert culling_is_exact(scene.model, shadows=False, reflections=False)
+    _, culled = render_all(scene, 500, shadows=True)
+    assert culled == {}
+
+
+def test_the_heap_is_kept_once_per_process():
+    assert keep_freed_heap() is keep_freed_heap()
