@@ -1,0 +1,151 @@
+"""Annotation of two-arm seed demos: each arm's segments found on its own.
+
+seed demo [T, N] states, [T, 7 * arms] actions (right first)
+  ──► check: a two-arm file (robots a pair), actions 7 per arm, states of this model
+  ──► replay each state in the `TwoArmScene`: per arm its grip-site pose and gripper
+      command, the spec objects' poses, and each subtask's end predicate with its own arm
+      as the hand (grasped(pot) for the right arm: the right hand's pads on the pot)
+  ──► per arm, in spec order: a segment starts where the arm's previous one ended and ends
+      one past the first step from which its predicate holds MIN_RUN steps in a row (the
+      arm's last: at the demo's end)
+  ──► a coordinated pair (one per arm, by rank) gets one window: its start the later of the
+      two (the earlier arm's previous segment runs on to it), its end the later of the two
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from demofactory.errors import SpecError, UserError
+from demofactory.generators.predicates import parse_predicate
+from demofactory.generators.records import BimanualDemo, SeedDemo
+from demofactory.seeds.annotate import MIN_RUN
+from demofactory.seeds.demos import load_seed_demos
+from demofactory.simulation.bimanual import ARM_ACTION
+from demofactory.specs.arms import subtask_arm
+from demofactory.specs.spec import SceneSpec
+
+
+def prepare_two_arm_demos(spec: SceneSpec, scene) -> list[BimanualDemo]:
+    """Load and annotate every seed demo of a two-arm spec in `scene` (a `TwoArmScene`)."""
+    demos = []
+    for i, rel in enumerate(spec.seed_demos):
+        path = spec.resolve_path(rel)
+        if not path.is_file():
+            raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
+        for demo in load_seed_demos(path, arms=len(scene.arms)):
+            demos.append(annotate_two_arm_demo(scene, demo))
+    return demos
+
+
+def check_two_arm_demo(scene, demo: SeedDemo) -> None:
+    """A UserError unless `demo` has 7 action columns per arm and this model's state size."""
+    spec, width = scene.spec, ARM_ACTION * len(scene.arms)
+    if demo.actions.shape[1] != width:
+        raise UserError(
+            f"{demo.source}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
+            f"{width} (7 per arm: {', '.join(scene.arms)}) for the two-arm {spec.task.env} of "
+            f"{spec.path.name}; a one-arm demo given to a two-arm spec?"
+        )
+    if demo.states.shape[1] != scene.state_size:
+        raise UserError(
+            f"{demo.source}: data/{demo.name}: state size {demo.states.shape[1]} does not match "
+            f"the {spec.task.env} model built from {spec.path.name} ({scene.state_size}); "
+            "is this a demo of another task?"
+        )
+
+
+def annotate_two_arm_demo(scene, demo: SeedDemo) -> BimanualDemo:
+    """Replay `demo` in `scene` and cut each arm's subtasks out of it."""
+    check_two_arm_demo(scene, demo)
+    spec, count = scene.spec, demo.length
+    subtasks = list(spec.subtasks)
+    predicates = [parse_predicate(s.ends_when) if s.ends_when else None for s in subtasks]
+    eef = {arm: np.empty((count, 4, 4)) for arm in scene.arms}
+    grips = {
+        arm: demo.actions[:, (k + 1) * ARM_ACTION - 1].copy() for k, arm in enumerate(scene.arms)
+    }
+    objects = {name: np.empty((count, 4, 4)) for name in spec.objects}
+    holds = np.zeros((count, len(subtasks)), dtype=bool)
+    scene.reset(demo.fixture_poses)
+    for t in range(count):
+        scene.set_state(demo.states[t])
+        for arm in scene.arms:
+            scene._closed[arm] = bool(grips[arm][t] * scene.gripper_sign > 0)
+            eef[arm][t] = scene.eef_pose_of(arm)
+        for name in spec.objects:
+            objects[name][t] = scene.object_pose(name)
+        for j, predicate in enumerate(predicates):
+            arm = subtask_arm(spec.task, subtasks[j])
+            holds[t, j] = predicate is not None and scene.holds_for(arm, predicate)
+    segments, reasons = _segments(spec, holds, count, demo)
+    return BimanualDemo(
+        demo=demo,
+        eef_poses=eef,
+        gripper=grips,
+        object_poses=objects,
+        segments=segments,
+        end_reasons=reasons,
+        fixture_poses=demo.fixture_poses,
+    )
+
+
+def _segments(spec: SceneSpec, holds: np.ndarray, count: int, demo: SeedDemo):
+    """Per subtask (spec index) its [start, end) and why it ends there."""
+    subtasks = list(spec.subtasks)
+    bounds: dict[int, list[int]] = {}
+    reasons: dict[int, str] = {}
+    per_arm: dict[str, list[int]] = {}
+    for j, sub in enumerate(subtasks):
+        per_arm.setdefault(subtask_arm(spec.task, sub), []).append(j)
+    for arm, queue in per_arm.items():
+        start = 0
+        for j in queue:
+            if subtasks[j].ends_when is None or j == queue[-1]:
+                end, why = count, "the demo's end (the task's success)"
+            else:
+                first = _first_run(holds[start:, j])
+                if first is None:
+                    raise UserError(
+                        f"{demo.source}: data/{demo.name}: subtask {j} ({arm} arm): "
+                        f"{subtasks[j].ends_when} never holds for {MIN_RUN} steps after step "
+                        f"{start}; expected the {arm} hand to do it in every seed demo"
+                    )
+                end, why = start + first + 1, f"{subtasks[j].ends_when} holds"
+            bounds[j], reasons[j] = [start, end], why
+            start = end
+    _align_coordinated(subtasks, per_arm, bounds)
+    return (
+        tuple((bounds[j][0], bounds[j][1]) for j in range(len(subtasks))),
+        tuple(reasons[j] for j in range(len(subtasks))),
+    )
+
+
+def _align_coordinated(subtasks, per_arm: dict[str, list[int]], bounds) -> None:
+    """One window per coordinated pair: both start at the later start, end at the later end;
+    each arm's neighbouring segments stretch to meet it."""
+    ranks = [
+        [j for j in queue if subtasks[j].coordination == "coordinated"]
+        for queue in per_arm.values()
+    ]
+    for group in zip(*ranks, strict=True):
+        start = max(bounds[j][0] for j in group)
+        end = max(bounds[j][1] for j in group)
+        for queue in per_arm.values():
+            for k, j in enumerate(queue):
+                if j not in group:
+                    continue
+                if k > 0:
+                    bounds[queue[k - 1]][1] = start
+                if k + 1 < len(queue):
+                    bounds[queue[k + 1]][0] = end
+                bounds[j][:] = [start, end]
+
+
+def _first_run(column: np.ndarray) -> int | None:
+    """The first index from which `column` holds MIN_RUN steps in a row (or to its end)."""
+    run = 0
+    for t, value in enumerate(column):
+        run = run + 1 if value else 0
+        if run >= MIN_RUN or (value and t == len(column) - 1):
+            return t - run + 1
+    return None
