@@ -172,9 +172,7 @@ class _TwoArmRollout:
             return
         start, end = self._window(arm.next_index)
         obj = sub.object
-        transform = self.scene.object_pose(obj) @ np.linalg.inv(
-            self.source.object_poses[obj][start]
-        )
+        transform = self._transform(obj, start)
         self._start(arm, transform, start, end)
 
     def _group(self, arm: _Arm) -> list[_Arm] | None:
@@ -200,9 +198,7 @@ class _TwoArmRollout:
         obj = self.params.subtasks[first].object
         start, end = self._window(first)
         # One transform for the whole group, taken once: the arms keep their relative poses.
-        transform = self.scene.object_pose(obj) @ np.linalg.inv(
-            self.source.object_poses[obj][start]
-        )
+        transform = self._transform(obj, start)
         self.provenance.setdefault("coordinated", []).append(
             {
                 "subtasks": [arm.next_index for arm in group],
@@ -212,6 +208,10 @@ class _TwoArmRollout:
         )
         for arm in group:
             self._start(arm, transform, start, end)
+
+    def _transform(self, obj: str, start: int) -> np.ndarray:
+        """T_obj_now · inv(T_obj_src[start]): the source's frame of `obj` onto the scene's."""
+        return self.scene.object_pose(obj) @ np.linalg.inv(self.source.object_poses[obj][start])
 
     def _window(self, index: int) -> tuple[int, int]:
         """[start, end) of subtask `index` in the source, the end offset drawn (not on an arm's

@@ -140,6 +140,11 @@ class BimanualDemo:
     def start_state(self) -> np.ndarray:
         return self.demo.states[0]
 
+    @property
+    def subtask_ends(self) -> tuple[int, ...]:
+        """Per subtask (spec index), where its segment ends (as `AnnotatedDemo.subtask_ends`)."""
+        return tuple(end for _, end in self.segments)
+
 
 @dataclass(frozen=True)
 class Attempt:

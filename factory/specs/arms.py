@@ -108,3 +108,39 @@ def _per_arm_problem(task: TaskSpec, subtasks: Sequence[SubtaskSpec]) -> tuple[s
         i = next(i for i, s in enumerate(subtasks) if s.coordination == "coordinated")
         return f"subtasks[{i}].coordination", "coordinated needs two arms (task.two_arm)"
     return None
+
+
+# What the two-arm generator (demofactory.generators.bimanual) does not do yet: spec field ->
+# (the value it takes, how to read it); anything else is refused rather than ignored.
+TWO_ARM_ONLY = {
+    "generation.source_selection": ("random", "one source demo per episode, drawn at random"),
+    "generation.source_per": ("episode", "one source demo per episode"),
+    "generation.start_from": ("current_pose", "bridges start at the arm's pose"),
+    "generation.subtask_retries": (0, "no retries"),
+    "generation.transit": ("direct", "interpolated bridges"),
+    "generation.adr": (None, "no ADR"),
+    "generation.robustness": (None, "no robustness replays"),
+    "generation.rebalance": (None, "no rebalancing"),
+    "physics": (None, "nominal physics"),
+    "task.robots": (None, "one robot, paired"),
+    "scene": (None, "a robosuite two-arm env"),
+}
+
+
+def two_arm_problem(spec) -> tuple[str, str] | None:
+    """(field, expected) for the first setting a two-arm spec (`task.two_arm`) cannot take yet."""
+    if spec.task.two_arm is None:
+        return None
+    for dotted, (value, meaning) in TWO_ARM_ONLY.items():
+        node = spec
+        for part in dotted.split("."):
+            node = getattr(node, part)
+        if value is None and node not in (None, False):
+            return dotted, f"not yet on two arms (task.two_arm): expected null ({meaning})"
+        if value is not None and node != value:
+            return dotted, (
+                f"not yet on two arms (task.two_arm): expected {value!r} ({meaning}), got {node!r}"
+            )
+    if spec.symmetry:
+        return "symmetry", "not yet on two arms (task.two_arm): expected none"
+    return None

@@ -39,7 +39,7 @@ from pathlib import Path
 import yaml
 from demofactory.errors import SpecError
 from demofactory.generators.predicates import HAND, PREDICATE_KINDS, parse_predicate
-from demofactory.specs.arms import arm_names, arms_problem
+from demofactory.specs.arms import arm_names, arms_problem, two_arm_problem
 from demofactory.specs.scene import (
     SceneSection,
     fill_from_scene,
@@ -184,7 +184,7 @@ class SceneSpec(StrictModel):
                 )
             if sub.ends_when is not None:
                 _check_predicate_objects(f"subtasks[{i}].ends_when", sub.ends_when, self.objects)
-        problem = arms_problem(self.task, self.subtasks)
+        problem = arms_problem(self.task, self.subtasks) or two_arm_problem(self)
         if problem:
             raise _FieldError(*problem)
         finishing = [i for i, sub in enumerate(self.subtasks) if sub.ends_when in (None, "success")]
