@@ -11,6 +11,7 @@ States and actions are per arm, right first: proprio [18] (9 per arm), actions [
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from demofactory.build.pipeline import ShardWorker
@@ -31,6 +32,10 @@ class BimanualShardWorker(ShardWorker):
     ):
         super().__init__(spec, demos, scene if scene is not None else TwoArmScene(spec), ())
         self.params = bimanual_params(spec)
+        # One line a worker: why its steps take robosuite's env.step.
+        logging.getLogger(__name__).info(
+            "robosuite env.step is used: %s", self.scene.fast_control_note
+        )
 
     def run_attempt(self, task: ShardTask, attempt_id: int) -> Attempt:
         """One two-arm attempt (nominal physics: a two-arm spec has no physics: section)."""

@@ -21,31 +21,44 @@ from demofactory.generators.records import BimanualDemo, SeedDemo
 from demofactory.seeds.annotate import MIN_RUN
 from demofactory.seeds.demos import load_seed_demos
 from demofactory.simulation.bimanual import ARM_ACTION
-from demofactory.specs.arms import subtask_arm
+from demofactory.specs.arms import arm_names, subtask_arm
 from demofactory.specs.spec import SceneSpec
 
 
-def prepare_two_arm_demos(spec: SceneSpec, scene) -> list[BimanualDemo]:
-    """Load and annotate every seed demo of a two-arm spec in `scene` (a `TwoArmScene`)."""
+def load_two_arm_demos(spec: SceneSpec) -> list[SeedDemo]:
+    """Every seed demo of a two-arm spec, checked to be two-arm (before any env is built)."""
     demos = []
     for i, rel in enumerate(spec.seed_demos):
         path = spec.resolve_path(rel)
         if not path.is_file():
             raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
-        for demo in load_seed_demos(path, arms=len(scene.arms)):
-            demos.append(annotate_two_arm_demo(scene, demo))
+        for demo in load_seed_demos(path, arms=len(arm_names(spec.task))):
+            check_two_arm_actions(spec, demo)
+            demos.append(demo)
     return demos
+
+
+def check_two_arm_actions(spec: SceneSpec, demo: SeedDemo) -> None:
+    """A UserError unless `demo` has 7 action columns per arm."""
+    arms = arm_names(spec.task)
+    width = ARM_ACTION * len(arms)
+    if demo.actions.shape[1] != width:
+        raise UserError(
+            f"{demo.source}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
+            f"{width} (7 per arm: {', '.join(arms)}) for the two-arm {spec.task.env} of "
+            f"{spec.path.name}; a one-arm demo given to a two-arm spec?"
+        )
+
+
+def annotate_two_arm_demos(scene, demos: list[SeedDemo]) -> list[BimanualDemo]:
+    """Each of `demos` annotated in `scene` (a `TwoArmScene`)."""
+    return [annotate_two_arm_demo(scene, demo) for demo in demos]
 
 
 def check_two_arm_demo(scene, demo: SeedDemo) -> None:
     """A UserError unless `demo` has 7 action columns per arm and this model's state size."""
-    spec, width = scene.spec, ARM_ACTION * len(scene.arms)
-    if demo.actions.shape[1] != width:
-        raise UserError(
-            f"{demo.source}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
-            f"{width} (7 per arm: {', '.join(scene.arms)}) for the two-arm {spec.task.env} of "
-            f"{spec.path.name}; a one-arm demo given to a two-arm spec?"
-        )
+    spec = scene.spec
+    check_two_arm_actions(spec, demo)
     if demo.states.shape[1] != scene.state_size:
         raise UserError(
             f"{demo.source}: data/{demo.name}: state size {demo.states.shape[1]} does not match "

@@ -113,9 +113,10 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
 def _resolve_two_arm(spec: SceneSpec) -> Resolved:
     """A two-arm spec: its `TwoArmScene`, cameras, seed demos annotated per arm
     (`demofactory.seeds.annotate_bimanual`); `Resolved.demos` holds `BimanualDemo`s."""
-    from demofactory.seeds.annotate_bimanual import prepare_two_arm_demos
+    from demofactory.seeds.annotate_bimanual import annotate_two_arm_demos, load_two_arm_demos
     from demofactory.seeds.script import make_scene
 
+    seeds = load_two_arm_demos(spec)  # a one-arm demo is refused before the env is built
     scene = make_scene(spec)
     cameras = scene.camera_names()
     for i, cam in enumerate(spec.cameras):
@@ -126,7 +127,7 @@ def _resolve_two_arm(spec: SceneSpec) -> Resolved:
                 f"unknown camera {cam.name!r} in the {spec.task.env} model "
                 f"(expected one of: {', '.join(cameras)})",
             )
-    demos = prepare_two_arm_demos(spec, scene)
+    demos = annotate_two_arm_demos(scene, seeds)
     if demos:
         check_placement(
             spec, scene, {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}

@@ -60,10 +60,7 @@ class TwoArmScene(Scene):
         self.current_arm = self.arms[0]
         # Why: FastStepper reimplements one robot's OSC loop; a second robot's would be a new,
         # unchecked copy of robosuite's math (measured cost of env.step instead: see the README).
-        self.fast_control_note = (
-            f"two arms: robosuite's env.step drives both (the fast loop is one arm's OSC: "
-            f"{self.fast_control_note})"
-        )
+        self.fast_control_note = "two arms: the fast loop drives one robot's OSC"
 
     def _arm_parts(self, index: int) -> _ArmParts:
         robot = self.env.robots[index]
