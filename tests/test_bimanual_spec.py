@@ -168,7 +168,7 @@ def test_dataset_info_and_stats_give_each_arm_its_own_parts(tmp_path):
     assert info["embodiments"]["Panda"]["arms"] == ["right", "left"]
     assert info["embodiments"]["Panda"]["action"]["dim"] == 14
     save_dataset_info(tmp_path, info)
-    rows = {"state": np.arange(2 * 18.0).reshape(2, 18), "action": np.arange(2 * 14.0).reshape(2, 14)}
+    rows = {"state": np.arange(36.0).reshape(2, 18), "action": np.arange(28.0).reshape(2, 14)}
     stats = {
         key: KeyStats(
             mean=list(a.mean(0)),
