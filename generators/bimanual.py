@@ -203,7 +203,7 @@ class _TwoArmRollout:
             {
                 "subtasks": [arm.next_index for arm in group],
                 "object": obj,
-                "start": len(self.actions),
+                "step": len(self.actions),
             }
         )
         for arm in group:
