@@ -162,3 +162,37 @@ def _first_run(column: np.ndarray) -> int | None:
         if run >= MIN_RUN or (value and t == len(column) - 1):
             return t - run + 1
     return None
+
+
+def arm_timelines(spec: SceneSpec, demo: BimanualDemo) -> dict[str, list[dict]]:
+    """Per arm (right first), its segments in order: what `factory annotate` shows."""
+    out: dict[str, list[dict]] = {arm: [] for arm in arm_names(spec.task)}
+    for j, sub in enumerate(spec.subtasks):
+        start, end = demo.segments[j]
+        out[subtask_arm(spec.task, sub)].append(
+            {
+                "subtask": j,
+                "name": sub.name,
+                "object": sub.object,
+                "coordination": sub.coordination,
+                "after": sub.after,
+                "start": start,
+                "end": end,
+                "reason": demo.end_reasons[j] if demo.end_reasons else "",
+            }
+        )
+    return out
+
+
+def format_timelines(label: str, length: int, arms: dict[str, list[dict]]) -> str:
+    """`arm_timelines` as text: a line per segment, arm by arm."""
+    lines = [f"{label}  ({length} steps)"]
+    for arm, rows in arms.items():
+        for row in rows:
+            wait = f" after {row['after']}" if row["after"] else ""
+            lines.append(
+                f"  {arm:<5} subtask {row['subtask']} {row['name'] or '':<12} "
+                f"{row['object']:<10} steps {row['start']:>5} .. {row['end']:<5} "
+                f"{row['coordination']}{wait}  ends: {row['reason']}"
+            )
+    return "\n".join(lines)
