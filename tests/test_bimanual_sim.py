@@ -102,3 +102,15 @@ def test_factory_script_drives_each_arm_through_its_own_waypoints(resolved):
     assert demo.actions.shape == (145, 14) and demo.tries == 1
     right, left = demo.actions[:, 6], demo.actions[:, 13]
     assert right[0] < 0 < right[-1] and left[0] < 0 < left[-1]  # both open, then both close
+
+
+def test_annotate_shows_both_arms_timelines(resolved):
+    from demofactory.seeds.annotate_bimanual import arm_timelines, format_timelines
+
+    demo = resolved.demos[0]
+    arms = arm_timelines(resolved.spec, demo)
+    assert [row["name"] for row in arms["right"]] == ["right_grasp", "right_lift"]
+    assert [row["name"] for row in arms["left"]] == ["left_grasp", "left_lift"]
+    assert arms["left"][1]["start"] == arms["right"][1]["start"]  # the coordinated window
+    text = format_timelines(demo.demo.label, demo.demo.length, arms)
+    assert "right subtask 0 right_grasp" in text and "left  subtask 3 left_lift" in text
