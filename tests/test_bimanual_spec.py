@@ -13,6 +13,7 @@ import pytest
 import yaml
 from demofactory.build.recorder import arm_stats
 from demofactory.build.run import dataset_info
+from demofactory.errors import SpecError
 from demofactory.shards import save_dataset_info
 from demofactory.shards.stats import KeyStats
 from demofactory.specs.adapters import bimanual_params
@@ -139,10 +140,26 @@ def test_one_arm_fingerprints_ignore_the_new_fields_at_their_defaults():
         ),
     ],
 )
-def test_bad_arms_are_one_line_naming_the_field(tmp_path, base, mutate, field, expected):
+def test_bad_arms_name_the_field_and_what_was_expected(tmp_path, base, mutate, field, expected):
     path = write(tmp_path, SPECS / base, mutate)
-    line = one_error_line(factory(tmp_path, "validate", path), f"{path}: {field}: ", expected)
-    assert line.count("\n") == 0
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value).startswith(f"{path}: {field}: ") and expected in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda raw: raw["subtasks"][1].update(arm="middle"), "subtasks[1].arm"),
+        (
+            lambda raw: raw["subtasks"][0].update(coordination="sequential", after="left_grasp"),
+            "subtasks[0].after",
+        ),
+    ],
+)
+def test_the_cli_prints_a_bad_arm_as_one_line_exit_2(tmp_path, mutate, field):
+    path = write(tmp_path, TWO_ARM, mutate)
+    one_error_line(factory(tmp_path, "validate", path), f"error: {path}: {field}: ")
 
 
 def test_a_one_arm_demo_given_to_a_two_arm_spec_is_refused(tmp_path):
