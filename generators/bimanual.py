@@ -37,6 +37,7 @@ from demofactory.generators.poses import (
     pose_to_delta_action,
     transform_segment,
 )
+from demofactory.generators.predicates import parse_predicate
 from demofactory.generators.records import Attempt, BimanualDemo
 
 ARM_ACTION = 7  # per arm: delta position 3, delta axis-angle 3, gripper 1
@@ -171,9 +172,20 @@ class _TwoArmRollout:
             self._start_group(group)
             return
         start, end = self._window(arm.next_index)
-        obj = sub.object
-        transform = self._transform(obj, start)
+        transform = self._transform(sub.object, self._reference_step(sub, start))
         self._start(arm, transform, start, end)
+
+    def _reference_step(self, sub, start: int) -> int:
+        """The source step whose object pose a segment is re-targeted from: its start, or, for a
+        segment that ends by grasping its own object, the grasp (as the one-arm generator's
+        `reference_step`): a hammer still moving in the other hand when the segment starts must
+        be taken where the source took it, not where it was on the way."""
+        if sub.ends_when is not None:
+            predicate = parse_predicate(sub.ends_when)
+            if predicate.name == "grasped" and predicate.objects == (sub.object,):
+                index = self.params.subtasks.index(sub)
+                return max(start, self.source.segments[index][1] - 1)
+        return start
 
     def _group(self, arm: _Arm) -> list[_Arm] | None:
         """The arms whose coordinated subtask of this rank is next, if every arm has reached it."""

@@ -80,6 +80,8 @@ def annotate_two_arm_demo(scene, demo: SeedDemo) -> BimanualDemo:
     objects = {name: np.empty((count, 4, 4)) for name in spec.objects}
     holds = np.zeros((count, len(subtasks)), dtype=bool)
     scene.reset(demo.fixture_poses)
+    scene.set_state(demo.states[0])
+    scene.mark_start()  # lifted(X, h) counts from the demo's first state
     for t in range(count):
         scene.set_state(demo.states[t])
         for arm in scene.arms:
@@ -90,7 +92,7 @@ def annotate_two_arm_demo(scene, demo: SeedDemo) -> BimanualDemo:
         for j, predicate in enumerate(predicates):
             arm = subtask_arm(spec.task, subtasks[j])
             holds[t, j] = predicate is not None and scene.holds_for(arm, predicate)
-    segments, reasons = _segments(spec, holds, count, demo)
+    segments, reasons = _segments(spec, holds, count, demo, eef)
     return BimanualDemo(
         demo=demo,
         eef_poses=eef,
@@ -102,35 +104,54 @@ def annotate_two_arm_demo(scene, demo: SeedDemo) -> BimanualDemo:
     )
 
 
-def _segments(spec: SceneSpec, holds: np.ndarray, count: int, demo: SeedDemo):
-    """Per subtask (spec index) its [start, end) and why it ends there."""
+def _segments(spec: SceneSpec, holds: np.ndarray, count: int, demo: SeedDemo, eef):
+    """Per subtask (spec index) its [start, end) and why it ends there.
+
+    In spec order, which puts an arm's previous subtask and a sequential subtask's `after`
+    before it (`load_spec` checks the latter)."""
     subtasks = list(spec.subtasks)
     bounds: dict[int, list[int]] = {}
     reasons: dict[int, str] = {}
     per_arm: dict[str, list[int]] = {}
     for j, sub in enumerate(subtasks):
         per_arm.setdefault(subtask_arm(spec.task, sub), []).append(j)
-    for arm, queue in per_arm.items():
-        start = 0
-        for j in queue:
-            if subtasks[j].ends_when is None or j == queue[-1]:
-                end, why = count, "the demo's end (the task's success)"
-            else:
-                first = _first_run(holds[start:, j])
-                if first is None:
-                    raise UserError(
-                        f"{demo.source}: data/{demo.name}: subtask {j} ({arm} arm): "
-                        f"{subtasks[j].ends_when} never holds for {MIN_RUN} steps after step "
-                        f"{start}; expected the {arm} hand to do it in every seed demo"
-                    )
-                end, why = start + first + 1, f"{subtasks[j].ends_when} holds"
-            bounds[j], reasons[j] = [start, end], why
-            start = end
+    named = {sub.name: j for j, sub in enumerate(subtasks) if sub.name is not None}
+    for j, sub in enumerate(subtasks):
+        arm = subtask_arm(spec.task, sub)
+        queue = per_arm[arm]
+        k = queue.index(j)
+        start = bounds[queue[k - 1]][1] if k else 0
+        if sub.coordination == "sequential":
+            # The arm holding still in the demo until the subtask it waits for ended is not
+            # replayed: generation holds it still for as long as that takes instead.
+            start = _still_until(eef[arm], start, bounds[named[sub.after]][1])
+        if sub.ends_when is None or j == queue[-1]:
+            end, why = count, "the demo's end (the task's success)"
+        else:
+            first = _first_run(holds[start:, j])
+            if first is None:
+                raise UserError(
+                    f"{demo.source}: data/{demo.name}: subtask {j} ({arm} arm): "
+                    f"{sub.ends_when} never holds for {MIN_RUN} steps after step "
+                    f"{start}; expected the {arm} hand to do it in every seed demo"
+                )
+            end, why = start + first + 1, f"{sub.ends_when} holds"
+        bounds[j], reasons[j] = [start, end], why
     _align_coordinated(subtasks, per_arm, bounds)
     return (
         tuple((bounds[j][0], bounds[j][1]) for j in range(len(subtasks))),
         tuple(reasons[j] for j in range(len(subtasks))),
     )
+
+
+def _still_until(poses: np.ndarray, start: int, until: int) -> int:
+    """The last step in [start, until] up to which the hand stayed within STILL m of where it
+    was at `start` (`start` itself when it moved at once)."""
+    moved = np.linalg.norm(poses[start : until + 1, :3, 3] - poses[start, :3, 3], axis=1) > STILL
+    return start + (int(np.argmax(moved)) - 1 if moved.any() else len(moved) - 1)
+
+
+STILL = 0.005  # metres: a hand that moved less was holding still
 
 
 def _align_coordinated(subtasks, per_arm: dict[str, list[int]], bounds) -> None:
