@@ -123,8 +123,9 @@ class BimanualDemo:
     eef_poses: arm -> [T, 4, 4] grip-site poses. gripper: arm -> [T] gripper commands (the arm's
     last action column). object_poses: spec object name -> [T, 4, 4].
     segments: per subtask (spec index), [start, end) of its arm's segment in this demo: an arm's
-    first starts at 0, each next where the previous ended, the end one past the first step its
-    predicate holds for that arm (the demo's length for the arm's last); a coordinated pair
+    first starts at 0, each next where the previous ended (a sequential one after the hand held
+    still waiting, at most till the subtask it waits for ended), the end one past the first step
+    its predicate holds for that arm (the demo's length for the arm's last); a coordinated pair
     shares one window (its start the later of the two).
     """
 
