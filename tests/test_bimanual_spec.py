@@ -208,3 +208,13 @@ def test_dataset_info_and_stats_give_each_arm_its_own_parts(tmp_path):
 def test_one_arm_datasets_get_no_arm_stats(tmp_path):
     save_dataset_info(tmp_path, dataset_info(load_spec(SPECS / "lift.yaml"), state_size=32))
     assert arm_stats(tmp_path, {}) == {}
+
+
+def test_a_sequential_window_skips_only_the_hands_stillness():
+    from demofactory.seeds.annotate_bimanual import _still_until
+
+    poses = np.tile(np.eye(4), (20, 1, 1))
+    poses[10:, 0, 3] = np.linspace(0.01, 0.1, 10)  # still for 10 steps, then moving
+    assert _still_until(poses, 0, 15) == 9  # the window opens as the hand starts to move
+    assert _still_until(poses, 0, 5) == 5  # not after the subtask it waits for ended
+    assert _still_until(poses, 12, 15) == 12  # a hand moving at once starts where it was
