@@ -147,3 +147,27 @@ class TextureBankParams:
     size: int = 256  # square images, pixels
     seed: int = 0
     device: str = "auto"  # "auto", "cpu" or "cuda"
+
+
+@dataclass(frozen=True)
+class ArmSubtaskParams:
+    """One subtask of a two-arm task: the arm that does it and how it waits (spec's subtasks)."""
+
+    arm: str  # "right" or "left"
+    object: str
+    ends_when: str | None = None  # None: the task's success ends it (the arm's last subtask)
+    end_offset: tuple[int, int] = (0, 0)
+    coordination: str = "parallel"  # "parallel", "coordinated" or "sequential"
+    after: int | None = None  # sequential: the spec index of the subtask it waits for
+
+
+@dataclass(frozen=True)
+class BimanualParams:
+    """What `demofactory.generators.bimanual.generate_bimanual_attempt` needs of a spec."""
+
+    arms: tuple[str, ...]  # in action order (right first)
+    objects: tuple[str, ...]
+    subtasks: tuple[ArmSubtaskParams, ...]  # in spec order
+    horizon: int
+    generation: GenerationParams
+    placement: PlacementParams = PlacementParams()

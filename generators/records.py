@@ -117,6 +117,37 @@ class AnnotatedDemo:
 
 
 @dataclass(frozen=True)
+class BimanualDemo:
+    """A two-arm seed demo replayed in the current simulator, each arm annotated on its own.
+
+    eef_poses: arm -> [T, 4, 4] grip-site poses. gripper: arm -> [T] gripper commands (the arm's
+    last action column). object_poses: spec object name -> [T, 4, 4].
+    segments: per subtask (spec index), [start, end) of its arm's segment in this demo: an arm's
+    first starts at 0, each next where the previous ended (a sequential one after the hand held
+    still waiting, at most till the subtask it waits for ended), the end one past the first step
+    its predicate holds for that arm (the demo's length for the arm's last); a coordinated pair
+    shares one window (its start the later of the two).
+    """
+
+    demo: SeedDemo
+    eef_poses: Mapping[str, np.ndarray]
+    gripper: Mapping[str, np.ndarray]
+    object_poses: Mapping[str, np.ndarray]
+    segments: tuple[tuple[int, int], ...]
+    end_reasons: tuple[str, ...] = ()
+    fixture_poses: Mapping[str, Sequence[float]] | None = None
+
+    @property
+    def start_state(self) -> np.ndarray:
+        return self.demo.states[0]
+
+    @property
+    def subtask_ends(self) -> tuple[int, ...]:
+        """Per subtask (spec index), where its segment ends (as `AnnotatedDemo.subtask_ends`)."""
+        return tuple(end for _, end in self.segments)
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One generation attempt, successful or not (physics only, nothing rendered).
 

@@ -68,6 +68,8 @@ TABLE = {
     "test_release.py": "simulation",
     "test_render_detail.py": "simulation",
     "test_view_cull.py": "simulation",
+    "test_bimanual_sim.py": "build",
+    "test_bimanual_spec.py": "specs",
     "test_render_modes.py": "simulation",
     "test_scene_registry.py": "simulation",
     "test_scene_yaml.py": "simulation",

@@ -205,6 +205,7 @@ class DatasetRecorder:
         ):  # the workers' per-shard statistics, merged as they came (demofactory.shards.stats)
             stats = self._stats.result(listed)
             totals = {**totals, **mixed_stats(self.out_dir, listed)}
+            totals.update(arm_stats(self.out_dir, stats))  # a two-arm dataset's per-arm parts
             self._guard(STATS_FILENAME, lambda: save_stats(self.out_dir, stats, totals))
 
     def _write_generation_and_episodes(self) -> dict[str, int]:
@@ -271,6 +272,35 @@ def mixed_stats(out_dir: Path, listed: dict[str, str]) -> dict:
     if len(info.get("embodiments") or {}) < 2:
         return {}
     return {"embodiments": embodiments_json(embodiment_stats(out_dir, listed))}
+
+
+def arm_stats(out_dir: Path, stats) -> dict:
+    """stats.json's `arms` entry of a two-arm dataset (dataset_info.json's embodiment names its
+    arms), else nothing: per arm, the state and action statistics of its own dimensions (their
+    layout parts are named <arm>_<part>, demofactory.simulation.bimanual.arm_layout)."""
+    from demofactory.shards.metadata import load_dataset_info
+
+    info = load_dataset_info(out_dir) or {}
+    arms = next(iter((info.get("embodiments") or {}).values()), {}).get("arms")
+    if not arms:
+        return {}
+    out: dict = {arm: {} for arm in arms}
+    for key in ("state", "action"):
+        if key not in stats:
+            continue
+        offset, whole = 0, stats[key].to_json()
+        for name, size in info[key]["layout"]:
+            arm = next(a for a in arms if name.startswith(f"{a}_"))
+            entry = out[arm].setdefault(key, {"layout": [], "dims": [offset, offset]})
+            entry["layout"].append([name, size])
+            entry["dims"][1] = offset + size
+            offset += size
+        for arm in arms:
+            lo, hi = out[arm][key]["dims"]
+            out[arm][key].update(
+                {k: v[lo:hi] if isinstance(v, list) else v for k, v in whole.items()}
+            )
+    return {"arms": out}
 
 
 def _writer(f, name: str) -> Callable[[str], None]:

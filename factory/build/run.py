@@ -96,6 +96,14 @@ def dataset_info(
         if len(robots) == 1
         else [["eef_pos", 3], ["eef_quat_xyzw", 4], ["gripper_qpos", width - 7]]
     )
+    action_layout = [[k, n] for k, n in ACTION_LAYOUT]
+    if spec.task.two_arm is not None:  # per arm, right first (demofactory.simulation.bimanual)
+        from demofactory.simulation.bimanual import arm_layout
+        from demofactory.specs.arms import arm_names
+
+        layout = arm_layout(state_layout(robots[0]), arm_names(spec.task))
+        width = sum(n for _, n in layout)
+        action_layout = arm_layout(ACTION_LAYOUT, arm_names(spec.task))
     versions = {
         pkg: _version(pkg)
         for pkg in ("demofactory", "robosuite", "mujoco", "numpy", "ray", "webdataset")
@@ -106,15 +114,15 @@ def dataset_info(
         "fps": spec.task.control_freq,
         "env": spec.task.env,
         "robot": "+".join(robots),
-        "embodiments": embodiments_info(spec, sizes, signs),
+        "embodiments": _arm_embodiments(spec, embodiments_info(spec, sizes, signs), layout),
         "cameras": [
             camera_entry(c.name, c.width, c.height, c.depth, c.segmentation, list(spec.objects))
             for c in spec.cameras
         ],
         "state": {"dim": width, "layout": layout},
         "action": {
-            "dim": sum(n for _, n in ACTION_LAYOUT),
-            "layout": [[k, n] for k, n in ACTION_LAYOUT],
+            "dim": sum(n for _, n in action_layout),
+            "layout": action_layout,
             "controller": spec.task.controller,
             "range": [-1.0, 1.0],
         },
@@ -174,6 +182,26 @@ def refuse_unlanded_backend(spec: SceneSpec) -> None:
         "benchmarks/bench_batched.py steps the worlds; docs/mjwarp.md); set "
         "generation.backend: cpu to generate now",
     )
+
+
+def _arm_embodiments(spec: SceneSpec, info: dict, state_layout: list) -> dict:
+    """`embodiments` with a two-arm spec's per-arm layouts (the one-arm spec's as they are)."""
+    if spec.task.two_arm is None:
+        return info
+    from demofactory.simulation.bimanual import arm_layout
+    from demofactory.specs.arms import arm_names
+
+    actions = arm_layout(ACTION_LAYOUT, arm_names(spec.task))
+    for entry in info.values():
+        entry["state"] = {"dim": sum(n for _, n in state_layout), "layout": state_layout}
+        entry["action"] = {
+            **entry["action"],
+            "dim": sum(n for _, n in actions),
+            "layout": actions,
+        }
+        entry["arms"] = list(arm_names(spec.task))
+        entry["env_configuration"] = spec.task.two_arm.configuration
+    return info
 
 
 def _version(pkg: str) -> str:

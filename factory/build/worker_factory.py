@@ -35,4 +35,8 @@ class ShardWorkerFactory:
         robot_repairs.install()  # in this actor's process, before its env is built
         if self.spec.task.robots:  # a mixed-robot dataset: one env per robot, built on need
             return MixedShardWorker(self.spec)
+        if self.spec.task.two_arm is not None:  # two arms: the two-arm scene and generator
+            from demofactory.build.bimanual_worker import BimanualShardWorker
+
+            return BimanualShardWorker(self.spec, ())
         return ShardWorker(self.spec, ())

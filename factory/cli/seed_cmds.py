@@ -60,9 +60,15 @@ def cmd_annotate(args) -> int:
             f"(factory annotate --suggest {args.spec})"
         )
     if times is not None:
+        from demofactory.specs.spec import load_spec
+
+        if load_spec(args.spec, overrides).task.two_arm is not None:
+            raise UserError(f"{args.spec}: --replay: not yet for a two-arm spec (task.two_arm)")
         return _annotate_replay(args, times, overrides)
     resolved = _load(args.spec, overrides)
     spec = resolved.spec
+    if spec.task.two_arm is not None:
+        return _annotate_two_arm(args, resolved)
     report, plots = [], []
     for demo in resolved.demos:
         entry = {
@@ -88,6 +94,28 @@ def cmd_annotate(args) -> int:
         print(format_rows(entry["demo"], entry["length"], entry["segments"]))
     for plot in plots:
         print(f"timeline: {plot}")
+    return 0
+
+
+def _annotate_two_arm(args, resolved) -> int:
+    """Both arms' timelines per demo (demofactory.seeds.annotate_bimanual)."""
+    from demofactory.seeds.annotate_bimanual import arm_timelines, format_timelines
+
+    if args.plot is not None:
+        raise UserError(f"{args.spec}: --plot: not yet for a two-arm spec (task.two_arm)")
+    report = [
+        {
+            "demo": demo.demo.label,
+            "length": demo.demo.length,
+            "arms": arm_timelines(resolved.spec, demo),
+        }
+        for demo in resolved.demos
+    ]
+    if args.json:
+        print(json.dumps({"spec": str(args.spec), "demos": report}))
+        return 0
+    for entry in report:
+        print(format_timelines(entry["demo"], entry["length"], entry["arms"]))
     return 0
 
 

@@ -30,6 +30,8 @@ def cmd_validate(args) -> int:
     cams = ", ".join(f"{c.name} {c.width}x{c.height}" for c in spec.cameras) or "none"
     # A mixed-robot spec names its robots, and each robot's control path on a line of its own.
     robots = "+".join(resolved.robots) if resolved.robots else spec.task.robot
+    if spec.task.two_arm is not None:  # a pair: robosuite's robot 0 (right) and 1 (left)
+        robots = f"{spec.task.robot}+{spec.task.robot}, {spec.task.two_arm.configuration}"
     control = "per robot, below" if resolved.robots else _control(resolved.scene.fast_control_note)
     print(
         f"ok: {args.spec}: {spec.name} ({spec.task.env}, {robots}), "

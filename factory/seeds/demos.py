@@ -21,8 +21,11 @@ from demofactory.errors import UserError
 from demofactory.generators.records import SeedDemo
 
 
-def load_seed_demos(path: Path) -> list[SeedDemo]:
-    """All demos of one file, in numeric order (demo_2 before demo_10)."""
+def load_seed_demos(path: Path, arms: int = 1) -> list[SeedDemo]:
+    """All demos of one file, in numeric order (demo_2 before demo_10).
+
+    `arms`: 2 for a two-arm spec (task.two_arm): the file must say it was recorded with a pair
+    of one robot (robots [Panda, Panda]); SeedDemo.robot is then that robot."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: seed demo file not found")
@@ -35,7 +38,7 @@ def load_seed_demos(path: Path) -> list[SeedDemo]:
             raise UserError(f"{path}: expected a group 'data' (robosuite or robomimic demo file)")
         data = f["data"]
         env_name = _env_name(data.attrs)
-        robot = _robot(path, data.attrs)
+        robot = _robot(path, data.attrs, arms)
         names = sorted((k for k in data if k.startswith("demo")), key=_demo_number)
         if not names:
             raise UserError(f"{path}: no demo_N groups under 'data'")
@@ -111,7 +114,7 @@ def _env_name(attrs) -> str:
     return str(attrs.get("env", ""))
 
 
-def _robot(path: Path, attrs) -> str:
+def _robot(path: Path, attrs, arms: int = 1) -> str:
     """The robot that recorded the file: robosuite's `env_info` or robomimic's `env_args`.
 
     Panda when neither says: robosuite's collection scripts and robomimic's datasets default
@@ -127,6 +130,8 @@ def _robot(path: Path, attrs) -> str:
             robots = info.get("robots")
         except (TypeError, ValueError, AttributeError):
             continue
+        if arms == 2:
+            return _pair_robot(path, key, robots)
         if isinstance(robots, list) and len(robots) == 1:
             robots = robots[0]
         if isinstance(robots, str) and robots:
@@ -137,6 +142,19 @@ def _robot(path: Path, attrs) -> str:
                 "expected one single-arm robot"
             )
     return "Panda"
+
+
+def _pair_robot(path: Path, key: str, robots) -> str:
+    """The robot of a two-arm file's `robots` (a pair of one robot), else a UserError."""
+    if isinstance(robots, str):
+        robots = [robots]
+    if isinstance(robots, list) and len(robots) == 2 and robots[0] == robots[1]:
+        return str(robots[0])
+    raise UserError(
+        f"{path}: data.attrs[{key!r}]: recorded with robots {robots!r}; a two-arm spec "
+        "(task.two_arm) expected demos of a pair of one robot, e.g. ['Panda', 'Panda'] "
+        "(a one-arm demo given to a two-arm spec?)"
+    )
 
 
 def _demo_number(name: str) -> tuple[int, str]:

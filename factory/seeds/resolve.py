@@ -71,6 +71,8 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
     if spec.task.robots:  # a mixed-robot dataset: each robot's env and demos
         return _resolve_robots(spec)
     _check_names(spec)
+    if spec.task.two_arm is not None:
+        return _resolve_two_arm(spec)
     for i, rel in enumerate(spec.seed_demos):
         if not spec.resolve_path(rel).is_file():
             raise SpecError(
@@ -105,6 +107,31 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
         )
     if spec.generation.transit == "plan":
         check_planning_goals(spec, scene, demos)
+    return Resolved(spec=spec, scene=scene, demos=demos)
+
+
+def _resolve_two_arm(spec: SceneSpec) -> Resolved:
+    """A two-arm spec: its `TwoArmScene`, cameras, seed demos annotated per arm
+    (`demofactory.seeds.annotate_bimanual`); `Resolved.demos` holds `BimanualDemo`s."""
+    from demofactory.seeds.annotate_bimanual import annotate_two_arm_demos, load_two_arm_demos
+    from demofactory.seeds.script import make_scene
+
+    seeds = load_two_arm_demos(spec)  # a one-arm demo is refused before the env is built
+    scene = make_scene(spec)
+    cameras = scene.camera_names()
+    for i, cam in enumerate(spec.cameras):
+        if cam.name not in cameras:
+            raise SpecError(
+                spec.path,
+                f"cameras[{i}].name",
+                f"unknown camera {cam.name!r} in the {spec.task.env} model "
+                f"(expected one of: {', '.join(cameras)})",
+            )
+    demos = annotate_two_arm_demos(scene, seeds)
+    if demos:
+        check_placement(
+            spec, scene, {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}
+        )
     return Resolved(spec=spec, scene=scene, demos=demos)
 
 

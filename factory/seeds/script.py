@@ -52,7 +52,8 @@ class ScriptedDemo:
     """One recorded demo.
 
     states: [T, N] float64 MuJoCo state (time, qpos, qvel) before each action.
-    actions: [T, 7] float64 OSC_POSE deltas (3 position, 3 axis-angle, 1 gripper) in [-1, 1].
+    actions: [T, 7] float64 OSC_POSE deltas (3 position, 3 axis-angle, 1 gripper) in [-1, 1];
+        [T, 14] on two arms (right, then left).
     fixture_poses: root body -> [x, y, z, qw, qx, qy, qz] of bodies robosuite re-poses at reset.
     """
 
@@ -150,6 +151,46 @@ def run_waypoints(scene: Scene, waypoints: list[WaypointSpec]) -> tuple[np.ndarr
     return np.stack(states), np.stack(actions)
 
 
+def run_arm_waypoints(
+    scene: Scene, arms: dict[str, list[WaypointSpec]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two arms' waypoints side by side from the current state (`TwoArmScene`): each arm its own
+    list from step 0, an arm whose list ended holding its last target and gripper command;
+    (states [T, N], actions [T, 7 * arms], right first) float64."""
+    order = list(scene.arms)
+    plans = {arm: _arm_plan(scene, arm, arms.get(arm, [])) for arm in order}
+    states, actions = [], []
+    for _ in range(max(len(_steps(points)) for points in arms.values())):
+        action = np.concatenate([next(plans[arm]) for arm in order])
+        states.append(scene.get_state())
+        actions.append(action)
+        scene.step(action)
+    return np.stack(states), np.stack(actions)
+
+
+def _steps(points: list[WaypointSpec]) -> range:
+    return range(sum(point.steps for point in points))
+
+
+def _arm_plan(scene, arm: str, points: list[WaypointSpec]):
+    """A generator of one arm's [7] actions: each waypoint's target taken when it starts (from
+    the object's pose then, as `run_waypoints` does), interpolated, closed loop; then held."""
+    max_dpos, max_drot, frame = scene.controller_limits_of(arm)
+    previous = scene.eef_pose_of(arm)
+    grip = GRIPPER_ACTION["open"] * scene.gripper_sign
+    for point in points:
+        obj = scene.object_pose(point.relative_to) if point.relative_to is not None else None
+        target = waypoint_target(point, obj, previous)
+        grip = GRIPPER_ACTION[point.gripper] * scene.gripper_sign
+        for pose in interpolate_poses(previous, target, point.steps):
+            now = scene.eef_pose_of(arm)
+            yield np.append(pose_to_delta_action(pose, now, max_dpos, max_drot, frame), grip)
+        previous = target
+    while True:  # done before the other arm: hold the last target
+        now = scene.eef_pose_of(arm)
+        yield np.append(pose_to_delta_action(previous, now, max_dpos, max_drot, frame), grip)
+
+
 def base_state(scene: Scene) -> np.ndarray:
     """[N] the layout every demo starts from: the scene's reset, before any placement offset.
 
@@ -183,12 +224,15 @@ def record_demo(
         scene.reset_to(base, placement)
         fixtures = scene.fixture_poses()  # after the reset: the poses this demo runs in
         try:
-            states, actions = run_waypoints(scene, list(script.waypoints))
+            if script.arms:
+                states, actions = run_arm_waypoints(scene, dict(script.arms))
+            else:
+                states, actions = run_waypoints(scene, list(script.waypoints))
             why = _failure(scene, states)
         except Exception as err:  # MuJoCo instabilities and controller errors end this try only
             states, actions, why = (
                 np.zeros((0, scene.state_size)),
-                np.zeros((0, 7)),
+                np.zeros((0, 7 * (2 if script.arms else 1))),
                 f"simulator error: {err}",
             )
         log(f"demo {index}, try {attempt + 1}: {why or 'success'} ({len(actions)} steps)")
@@ -242,12 +286,15 @@ def env_info(spec: SceneSpec) -> str:
     from robosuite.controllers import load_composite_controller_config
 
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
+    two = spec.task.two_arm
     info = {
         "env_name": spec.task.env,
-        "robots": [spec.task.robot],
+        "robots": [spec.task.robot] * (1 if two is None else 2),
         "controller_configs": controller,
         "control_freq": spec.task.control_freq,
     }
+    if two is not None:
+        info["env_configuration"] = two.configuration
     return json.dumps(info)
 
 
@@ -302,6 +349,10 @@ def model_xml(scene: Scene) -> str:
 def make_scene(spec: SceneSpec) -> Scene:
     """The spec's scene (no seed demos needed), with resolve's messages for unusable envs."""
     try:
+        if spec.task.two_arm is not None:
+            from demofactory.simulation.bimanual import TwoArmScene
+
+            return TwoArmScene(spec)
         return Scene(spec)
     except SpecError:
         raise

@@ -62,9 +62,11 @@ def make_env(task: TaskSpec, model_seed: int = 0, arm: dict | None = None, **sce
             parts[side] = (
                 {**parts[side], **arm} if same else {**arm, "gripper": parts[side].get("gripper")}
             )
+    if task.two_arm is not None:  # a pair of task.robot in robosuite's two-arm layout
+        scene = {**scene, "env_configuration": task.two_arm.configuration}
     return robosuite.make(
         task.env,
-        robots=task.robot,
+        robots=task.robot if task.two_arm is None else [task.robot, task.robot],
         controller_configs=controller,
         has_renderer=False,
         has_offscreen_renderer=False,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from demofactory.generators.params import (
     AppearanceParams,
+    ArmSubtaskParams,
+    BimanualParams,
     CameraJitterParams,
     GenerationParams,
     LightParams,
@@ -21,6 +23,7 @@ from demofactory.generators.params import (
     TextureBankParams,
     TextureParams,
 )
+from demofactory.specs.arms import arm_names, subtask_arm
 from demofactory.specs.spec import (
     AppearanceSpec,
     GenerationSpec,
@@ -67,6 +70,30 @@ def mimicgen_params(spec: SceneSpec) -> MimicGenParams:
         generation=generation_params(spec.generation),
         placement=placement_params(spec.placement),
         symmetry=dict(spec.symmetry),
+    )
+
+
+def bimanual_params(spec: SceneSpec) -> BimanualParams:
+    """Everything `demofactory.generators.bimanual.generate_bimanual_attempt` needs of a
+    two-arm spec (task.two_arm): per subtask its arm and coordination, `after` as an index."""
+    named = {sub.name: i for i, sub in enumerate(spec.subtasks) if sub.name is not None}
+    return BimanualParams(
+        arms=arm_names(spec.task),
+        objects=tuple(spec.objects),
+        subtasks=tuple(
+            ArmSubtaskParams(
+                arm=subtask_arm(spec.task, sub),
+                object=sub.object,
+                ends_when=None if sub.ends_when == "success" else sub.ends_when,
+                end_offset=tuple(sub.end_offset),
+                coordination=sub.coordination,
+                after=named.get(sub.after) if sub.after is not None else None,
+            )
+            for sub in spec.subtasks
+        ),
+        horizon=spec.task.horizon,
+        generation=generation_params(spec.generation),
+        placement=placement_params(spec.placement),
     )
 
 

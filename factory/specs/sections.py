@@ -46,6 +46,23 @@ class RobotShare(StrictModel):
     )
 
 
+# The arms of a two-arm task: robosuite's robots[0] is `right`, robots[1] `left` (in "parallel"
+# robot 0 stands at -y, the right of a robot facing the table along +x).
+TWO_ARMS = ("right", "left")
+ONE_ARM = ("right",)  # robosuite 1.5 names a single arm "right" (robot.arms)
+
+
+class TwoArmSpec(StrictModel):
+    """Two arms: a pair of task.robot in one of robosuite's two-arm layouts (TwoArmLift, ...)."""
+
+    configuration: Literal["parallel", "opposed"] = Field(
+        "parallel",
+        description="robosuite's env_configuration for a pair of task.robot: parallel (side by "
+        "side on one edge of the table, 0.5 m apart) or opposed (facing each other across it). "
+        "The arms are named right (robosuite's robot 0) and left (robot 1).",
+    )
+
+
 class TaskSpec(StrictModel):
     """The robosuite task: environment, robot, controller, episode length and success."""
 
@@ -78,6 +95,12 @@ class TaskSpec(StrictModel):
         description="Step with demofactory.simulation.fast_step: robosuite's OSC math without its "
         "per-substep "
         "object overhead, ~2x faster, equal to env.step to ~1e-13 per step. false: env.step.",
+    )
+    two_arm: TwoArmSpec | None = Field(
+        None,
+        description="A two-arm task (TwoArmLift, TwoArmHandover): a pair of task.robot, arms "
+        "right and left, each subtask naming its arm; actions and states are per arm, right "
+        "first. null: one arm.",
     )
     success: str | None = Field(
         None,
@@ -183,6 +206,31 @@ class SubtaskSpec(StrictModel):
         "{milk.name}' (slots as in instructions). Each frame of the subtask carries it beside "
         "the episode's instruction (exports: a second task column). null: the episode's "
         "instruction.",
+    )
+
+    name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="A name for this subtask, for a sequential subtask's `after` (e.g. "
+        "right_lift). null: unnamed.",
+    )
+    arm: str | None = Field(
+        None,
+        description="The arm that does this subtask: right or left on a two-arm task "
+        "(task.two_arm); null: the only arm (a one-arm task) -- a two-arm task needs it.",
+    )
+    coordination: Literal["parallel", "coordinated", "sequential"] = Field(
+        "parallel",
+        description="Two arms: parallel (this arm goes on as soon as its previous subtask "
+        "ends), coordinated (it starts together with the other arm's coordinated subtask of the "
+        "same rank, both re-targeted under one shared transform of this subtask's object, "
+        "e.g. carrying a pot) or sequential (the arm holds still until the subtask named by "
+        "`after` has ended, e.g. a handover). One arm: parallel.",
+    )
+    after: str | None = Field(
+        None,
+        description="For coordination: sequential, the name of the earlier subtask (of the "
+        "other arm) this one waits for.",
     )
 
     skill: SkillSpec | None = Field(
@@ -740,7 +788,29 @@ class ScriptSpec(StrictModel):
     tries: int = Field(
         5, ge=1, description="Per demo: tries before `factory script` gives up with an error."
     )
-    waypoints: list[WaypointSpec] = Field(min_length=1, description="Executed in order.")
+    waypoints: list[WaypointSpec] = Field(
+        [], description="Executed in order (one arm; a two-arm task gives `arms` instead)."
+    )
+    arms: dict[str, list[WaypointSpec]] | None = Field(
+        None,
+        description="Two arms: per arm (right, left) its own waypoints, executed side by side "
+        "from the same step; an arm done before the other holds its last target. null: one arm "
+        "(waypoints).",
+    )
+
+    @model_validator(mode="after")
+    def _some_waypoints(self) -> ScriptSpec:
+        if not self.waypoints and not self.arms:
+            raise ValueError(
+                "expected waypoints (one arm) or arms (two: {right: [...], left: [...]}), "
+                "e.g. waypoints: [{relative_to: cube, pos: [0, 0, 0.1], gripper: open, steps: 40}]"
+            )
+        if self.waypoints and self.arms:
+            raise ValueError("expected waypoints (one arm) or arms (two), not both")
+        for arm, points in (self.arms or {}).items():
+            if not points:
+                raise ValueError(f"arms.{arm}: expected at least one waypoint")
+        return self
 
 
 class OutputSpec(StrictModel):

@@ -40,6 +40,7 @@ from pathlib import Path
 import yaml
 from demofactory.errors import SpecError
 from demofactory.generators.predicates import HAND, PREDICATE_KINDS, parse_predicate
+from demofactory.specs.arms import arm_names, arms_problem, two_arm_problem
 from demofactory.specs.scene import (
     SceneSection,
     fill_from_scene,
@@ -66,6 +67,7 @@ from demofactory.specs.sections import (  # noqa: F401 (re-exported: demofactory
     TaskSpec,
     TextureBankSpec,
     TextureRandomization,
+    TwoArmSpec,
     WaypointSpec,
 )
 from pydantic import (
@@ -183,8 +185,11 @@ class SceneSpec(StrictModel):
                 )
             if sub.ends_when is not None:
                 _check_predicate_objects(f"subtasks[{i}].ends_when", sub.ends_when, self.objects)
+        problem = arms_problem(self.task, self.subtasks) or two_arm_problem(self)
+        if problem:
+            raise _FieldError(*problem)
         finishing = [i for i, sub in enumerate(self.subtasks) if sub.ends_when in (None, "success")]
-        if len(finishing) > 1:
+        if len(finishing) > 1 and self.task.two_arm is None:  # two arms: one each (arms.py)
             raise _FieldError(
                 f"subtasks[{finishing[1]}].ends_when",
                 f"only one subtask may end at the task's success (subtasks {finishing} do: no "
@@ -224,18 +229,34 @@ class SceneSpec(StrictModel):
         return self
 
     def _check_script(self, script: ScriptSpec, names: str) -> None:
-        for i, point in enumerate(script.waypoints):
-            if point.relative_to is not None and point.relative_to not in self.objects:
-                raise _FieldError(
-                    f"script.waypoints[{i}].relative_to",
-                    f"unknown object {point.relative_to!r} (expected one of: {names})",
-                )
-        steps = sum(point.steps for point in script.waypoints)
-        if steps > self.task.horizon:
+        arms = arm_names(self.task)
+        if self.task.two_arm is not None and script.waypoints:
             raise _FieldError(
                 "script.waypoints",
-                f"{steps} steps in all, more than task.horizon ({self.task.horizon})",
+                "a two-arm task: expected per-arm waypoints, script.arms: {right: [...], "
+                "left: [...]}",
             )
+        lists = {"script.waypoints": script.waypoints}
+        for arm, points in (script.arms or {}).items():
+            if arm not in arms:
+                raise _FieldError(
+                    f"script.arms.{arm}",
+                    f"unknown arm (expected one of: {', '.join(arms)})"
+                    + ("; a second arm needs task.two_arm" if self.task.two_arm is None else ""),
+                )
+            lists[f"script.arms.{arm}"] = points
+        for where, points in lists.items():
+            for i, point in enumerate(points):
+                if point.relative_to is not None and point.relative_to not in self.objects:
+                    raise _FieldError(
+                        f"{where}[{i}].relative_to",
+                        f"unknown object {point.relative_to!r} (expected one of: {names})",
+                    )
+            steps = sum(point.steps for point in points)
+            if steps > self.task.horizon:
+                raise _FieldError(
+                    where, f"{steps} steps in all, more than task.horizon ({self.task.horizon})"
+                )
 
     @field_validator("name")
     @classmethod
@@ -359,6 +380,12 @@ ADDED_LATER: dict[str, object] = {
     "render.detail": "full",
     "subtasks[].skill": None,
     "subtasks[].instruction": None,
+    "subtasks[].name": None,
+    "subtasks[].arm": None,
+    "subtasks[].coordination": "parallel",
+    "subtasks[].after": None,
+    "task.two_arm": None,
+    "script.arms": None,
 }
 
 

@@ -218,7 +218,7 @@ def test_shipped_scripted_seeds_end_in_success(path):
     assert files, f"{path.name}: seed_demos lists no scripted file"
     scene = make_scene(spec)
     for file in files:
-        demos = load_seed_demos(file)
+        demos = load_seed_demos(file, arms=1 if spec.task.two_arm is None else 2)
         assert len(demos) == spec.script.demos
         with h5py.File(file) as f:
             fixtures = [json.loads(f[f"data/{d.name}"].attrs["fixture_poses"]) for d in demos]

@@ -1,0 +1,220 @@
+"""Two-arm specs as pure data: per-arm subtasks, their checks through the real CLI (one line,
+exit 2), the one-arm fingerprints unchanged, and the per-arm layouts of dataset_info and stats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from demofactory.build.recorder import arm_stats
+from demofactory.build.run import dataset_info
+from demofactory.errors import SpecError
+from demofactory.shards import save_dataset_info
+from demofactory.shards.stats import KeyStats
+from demofactory.specs.adapters import bimanual_params
+from demofactory.specs.spec import load_raw_spec, load_spec, validate_raw_spec
+
+REPO = Path(__file__).parents[2]
+SPECS = REPO / "scene_specs"
+DEMOS = SPECS / "demos"
+TWO_ARM = SPECS / "two_arm_lift.yaml"
+
+
+def factory(cwd: Path, *args) -> subprocess.CompletedProcess:
+    # The timeout only keeps a hung run from hanging the suite; nothing asserts on time.
+    return subprocess.run(
+        [sys.executable, "-m", "demofactory.cli.main", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output
+    assert result.returncode == 2, output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), output
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def write(tmp_path: Path, base: Path, mutate) -> Path:
+    raw = load_raw_spec(base)
+    raw["seed_demos"] = [str(DEMOS / Path(rel).name) for rel in raw["seed_demos"]]
+    mutate(raw)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_the_shipped_two_arm_spec_names_each_subtasks_arm():
+    spec = load_spec(TWO_ARM)
+    params = bimanual_params(spec)
+    assert params.arms == ("right", "left")
+    assert [s.arm for s in params.subtasks] == ["right", "left", "right", "left"]
+    assert [s.coordination for s in params.subtasks] == ["parallel"] * 2 + ["coordinated"] * 2
+    assert set(spec.script.arms) == {"right", "left"}
+
+
+def test_one_arm_fingerprints_ignore_the_new_fields_at_their_defaults():
+    raw = load_raw_spec(SPECS / "lift.yaml")
+    before = validate_raw_spec(raw, SPECS / "lift.yaml").fingerprint()
+    for sub in raw["subtasks"]:
+        sub.update({"name": None, "arm": None, "coordination": "parallel", "after": None})
+    raw["task"]["two_arm"] = None
+    assert validate_raw_spec(raw, SPECS / "lift.yaml").fingerprint() == before
+    raw["subtasks"][0]["name"] = "grasp"  # a field set away from its default does count
+    assert validate_raw_spec(raw, SPECS / "lift.yaml").fingerprint() != before
+
+
+@pytest.mark.parametrize(
+    ("base", "mutate", "field", "expected"),
+    [
+        # an arm the robot does not have: one Panda has only "right"
+        (
+            "lift.yaml",
+            lambda raw: raw["subtasks"][0].update(arm="left"),
+            "subtasks[0].arm",
+            "Panda has one arm (right), got 'left'",
+        ),
+        (
+            "two_arm_lift.yaml",
+            lambda raw: raw["subtasks"][1].update(arm="middle"),
+            "subtasks[1].arm",
+            "unknown arm 'middle' (expected one of: right, left)",
+        ),
+        # a two-arm subtask must say whose it is
+        (
+            "two_arm_lift.yaml",
+            lambda raw: raw["subtasks"][0].pop("arm"),
+            "subtasks[0].arm",
+            "expected the arm that does it",
+        ),
+        # a sequential subtask waiting on an unknown subtask, or on a later one
+        (
+            "two_arm_lift.yaml",
+            lambda raw: raw["subtasks"][1].update(coordination="sequential", after="handover"),
+            "subtasks[1].after",
+            "'handover' is unknown",
+        ),
+        (
+            "two_arm_lift.yaml",
+            lambda raw: raw["subtasks"][0].update(coordination="sequential", after="left_grasp"),
+            "subtasks[0].after",
+            "'left_grasp' is a later subtask (subtasks[1])",
+        ),
+        (
+            "two_arm_lift.yaml",
+            lambda raw: raw["subtasks"][1].update(coordination="sequential"),
+            "subtasks[1].after",
+            "expected the name of an earlier one",
+        ),
+        # coordinated subtasks pair up by rank across the arms
+        (
+            "two_arm_lift.yaml",
+            lambda raw: raw["subtasks"][3].update(coordination="parallel"),
+            "subtasks[2].coordination",
+            "right has 1, left 0",
+        ),
+        # what the two-arm generator does not do yet is refused, not ignored
+        (
+            "two_arm_lift.yaml",
+            lambda raw: raw["generation"].update(subtask_retries=2),
+            "generation.subtask_retries",
+            "not yet on two arms",
+        ),
+        (
+            "two_arm_lift.yaml",
+            lambda raw: raw["script"]["arms"].update(middle=raw["script"]["arms"]["left"]),
+            "script.arms.middle",
+            "unknown arm",
+        ),
+    ],
+)
+def test_bad_arms_name_the_field_and_what_was_expected(tmp_path, base, mutate, field, expected):
+    path = write(tmp_path, SPECS / base, mutate)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value).startswith(f"{path}: {field}: ") and expected in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda raw: raw["subtasks"][1].update(arm="middle"), "subtasks[1].arm"),
+        (
+            lambda raw: raw["subtasks"][0].update(coordination="sequential", after="left_grasp"),
+            "subtasks[0].after",
+        ),
+    ],
+)
+def test_the_cli_prints_a_bad_arm_as_one_line_exit_2(tmp_path, mutate, field):
+    path = write(tmp_path, TWO_ARM, mutate)
+    one_error_line(factory(tmp_path, "validate", path), f"error: {path}: {field}: ")
+
+
+def test_a_one_arm_demo_given_to_a_two_arm_spec_is_refused(tmp_path):
+    """Refused from the file's robots before any env is built: one line, exit 2."""
+    lift = str(DEMOS / "lift_scripted.hdf5")
+    path = write(tmp_path, TWO_ARM, lambda raw: raw.update(seed_demos=[lift]))
+    one_error_line(
+        factory(tmp_path, "validate", path),
+        "lift_scripted.hdf5",
+        "recorded with robots ['Panda']",
+        "a one-arm demo given to a two-arm spec",
+    )
+
+
+def test_dataset_info_and_stats_give_each_arm_its_own_parts(tmp_path):
+    spec = load_spec(TWO_ARM)
+    info = dataset_info(spec, state_size=50)
+    names = [name for name, _ in info["state"]["layout"]]
+    assert names[:3] == ["right_eef_pos", "right_eef_quat_xyzw", "right_gripper_qpos"]
+    assert names[3:] == ["left_eef_pos", "left_eef_quat_xyzw", "left_gripper_qpos"]
+    assert info["state"]["dim"] == 18 and info["action"]["dim"] == 14
+    assert info["action"]["layout"][3] == ["left_delta_pos", 3]
+    assert info["embodiments"]["Panda"]["arms"] == ["right", "left"]
+    assert info["embodiments"]["Panda"]["action"]["dim"] == 14
+    save_dataset_info(tmp_path, info)
+    rows = {"state": np.arange(36.0).reshape(2, 18), "action": np.arange(28.0).reshape(2, 14)}
+    stats = {
+        key: KeyStats(
+            mean=list(a.mean(0)),
+            std=list(a.std(0)),
+            min=list(a.min(0)),
+            max=list(a.max(0)),
+            q01=list(a.min(0)),
+            q99=list(a.max(0)),
+            count=2,
+        )
+        for key, a in rows.items()
+    }
+    arms = arm_stats(tmp_path, stats)["arms"]
+    assert arms["left"]["action"]["dims"] == [7, 14]
+    assert arms["left"]["action"]["mean"] == list(rows["action"][:, 7:].mean(0))
+    assert arms["right"]["state"]["max"] == list(rows["state"][1, :9])
+    assert json.dumps(arms)  # what stats.json holds
+
+
+def test_one_arm_datasets_get_no_arm_stats(tmp_path):
+    save_dataset_info(tmp_path, dataset_info(load_spec(SPECS / "lift.yaml"), state_size=32))
+    assert arm_stats(tmp_path, {}) == {}
+
+
+def test_a_sequential_window_skips_only_the_hands_stillness():
+    from demofactory.seeds.annotate_bimanual import _still_until
+
+    poses = np.tile(np.eye(4), (20, 1, 1))
+    poses[10:, 0, 3] = np.linspace(0.01, 0.1, 10)  # still for 10 steps, then moving
+    assert _still_until(poses, 0, 15) == 9  # the window opens as the hand starts to move
+    assert _still_until(poses, 0, 5) == 5  # not after the subtask it waits for ended
+    assert _still_until(poses, 12, 15) == 12  # a hand moving at once starts where it was
