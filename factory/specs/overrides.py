@@ -63,9 +63,21 @@ class Overrides(dict):
         return self.given.get(path, f"--set {path}={self[path]}")
 
 
+class Assignment(tuple):
+    """(path, value) of one `--set`, and `text`: the VALUE as typed, which an error names (the
+    parsed value's repr would say `None` for `null` or an empty VALUE, `[1, 2]` for `[1,2]`)."""
+
+    text: str
+
+    def __new__(cls, path: str, value: Any, text: str):
+        made = super().__new__(cls, (path, value))
+        made.text = text
+        return made
+
+
 def parse_assignment(text: str) -> tuple[str, Any]:
-    """`PATH=VALUE` as (path, the value parsed as YAML); an argparse `type` (its errors are
-    argparse's one-line usage errors)."""
+    """`PATH=VALUE` as (path, the value parsed as YAML), an `Assignment` that keeps VALUE's
+    text; an argparse `type` (its errors are argparse's one-line usage errors)."""
     path, sep, value = text.partition("=")
     path = path.strip()
     if not sep or not path:
@@ -83,7 +95,7 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     except yaml.YAMLError as err:
         reason = str(err).splitlines()[0]
         raise argparse.ArgumentTypeError(f"{text!r}: VALUE is not YAML ({reason})") from None
-    return path, parsed
+    return Assignment(path, parsed, value)
 
 
 def add_set_argument(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -112,9 +124,10 @@ def spec_overrides(args: argparse.Namespace, verb: str | None = None) -> Overrid
         value = getattr(args, dest, None)
         if value is not None:
             found[path] = (f"--{dest.replace('_', '-')} {value}", value)
-    for path, value in getattr(args, "set", None) or []:
+    for assignment in getattr(args, "set", None) or []:
+        path, value = assignment
         check_path(_spec_model(), path)
-        given = f"--set {path}={value}"
+        given = f"--set {path}={getattr(assignment, 'text', value)}"
         if path in found and found[path][1] != value:
             raise UserError(f"{found[path][0]} and {given} disagree; give one of them")
         found[path] = (given, value)

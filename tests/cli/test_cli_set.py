@@ -217,6 +217,22 @@ def test_through_the_cli_a_bad_value_names_the_option(verb, tmp_path, capsys, mo
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("typed", "named"),
+    [
+        ("generation.attempts=null", "(from --set generation.attempts=null)"),
+        ("generation.attempts=", "(from --set generation.attempts=)"),
+        ("generation.attempts=[1,2]", "(from --set generation.attempts=[1,2])"),
+    ],
+)
+def test_an_error_names_the_value_as_typed_not_as_parsed(typed, named, capsys):
+    # The parsed value's repr would be `None` for `null` and for an empty VALUE, and `[1, 2]`.
+    assert main(["validate", str(LIFT), "--set", typed]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"error: {LIFT}: generation.attempts: ") and err[0].endswith(named)
+
+
 def test_suggest_refuses_set_in_one_line(capsys):
     demo = str(DEMOS / "lift_panda_1demo_robosuite100.hdf5")
     assert main(["annotate", "--suggest", demo, "--set", "seed=3"]) == 2
