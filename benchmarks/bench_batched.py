@@ -268,4 +268,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import run  # benchmarks/_common.py: --json-out PATH
+
+    run(main)
