@@ -91,15 +91,7 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
             field,
             f"robosuite cannot build {spec.task.env} with {spec.task.robot}: {err}",
         ) from None
-    cameras = scene.camera_names()
-    for i, cam in enumerate(spec.cameras):
-        if cam.name not in cameras:
-            raise SpecError(
-                spec.path,
-                f"cameras[{i}].name",
-                f"unknown camera {cam.name!r} in the {spec.task.env} model "
-                f"(expected one of: {', '.join(cameras)})",
-            )
+    check_cameras(spec, scene)
     demos = prepare_demos(spec, scene)
     if demos:
         check_placement(
@@ -110,14 +102,8 @@ def resolve_spec(spec: SceneSpec) -> Resolved:
     return Resolved(spec=spec, scene=scene, demos=demos)
 
 
-def _resolve_two_arm(spec: SceneSpec) -> Resolved:
-    """A two-arm spec: its `TwoArmScene`, cameras, seed demos annotated per arm
-    (`demofactory.seeds.annotate_bimanual`); `Resolved.demos` holds `BimanualDemo`s."""
-    from demofactory.seeds.annotate_bimanual import annotate_two_arm_demos, load_two_arm_demos
-    from demofactory.seeds.script import make_scene
-
-    seeds = load_two_arm_demos(spec)  # a one-arm demo is refused before the env is built
-    scene = make_scene(spec)
+def check_cameras(spec: SceneSpec, scene) -> None:
+    """Each `cameras[i].name` is a camera of the built model (one or two arms)."""
     cameras = scene.camera_names()
     for i, cam in enumerate(spec.cameras):
         if cam.name not in cameras:
@@ -127,6 +113,17 @@ def _resolve_two_arm(spec: SceneSpec) -> Resolved:
                 f"unknown camera {cam.name!r} in the {spec.task.env} model "
                 f"(expected one of: {', '.join(cameras)})",
             )
+
+
+def _resolve_two_arm(spec: SceneSpec) -> Resolved:
+    """A two-arm spec: its `TwoArmScene`, cameras, seed demos annotated per arm
+    (`demofactory.seeds.annotate_bimanual`); `Resolved.demos` holds `BimanualDemo`s."""
+    from demofactory.seeds.annotate_bimanual import annotate_two_arm_demos, load_two_arm_demos
+    from demofactory.seeds.script import make_scene
+
+    seeds = load_two_arm_demos(spec)  # a one-arm demo is refused before the env is built
+    scene = make_scene(spec)
+    check_cameras(spec, scene)
     demos = annotate_two_arm_demos(scene, seeds)
     if demos:
         check_placement(
