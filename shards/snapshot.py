@@ -258,9 +258,9 @@ def _holds_lock(dataset: Path) -> bool:
 
 def _take_stored(url: str, into: Path, shards: bool, fresh: bool, partial: bool) -> None:
     from demofactory.shards.remote import local_copy_dir, pull_metadata
-    from demofactory.shards.store import Store, retry_seconds
+    from demofactory.shards.store import Store
 
-    store = Store(url, retry_s=retry_seconds(reading=True))  # a reader: seconds, not minutes
+    store = Store(url, reading=True)  # a reader: seconds, not minutes
 
     def commit_state() -> tuple[bytes | None, bool]:
         return store.read_bytes(MANIFEST_FILENAME), store.size(JOURNAL_FILENAME) is not None

@@ -43,7 +43,11 @@ S3_CLIENT_CONFIG = {
     "read_timeout": 15,
     "retries": {"max_attempts": 1, "mode": "standard"},  # 1: no retry of botocore's own
 }
-S3FS_RETRIES = 2  # s3fs's own retries of a timed-out call (its default: 5); `_call` does the rest
+S3FS_RETRIES = 2  # s3fs's own tries of a timed-out call (its default: 5); `_call` does the rest
+# A reader's limits: it retries for READ_RETRY_S in all, so one silent call may not hold it for
+# the writer's 2 x 15 s (a read timeout bounds the wait between bytes, not a whole object).
+S3_READ_CLIENT_CONFIG = {**S3_CLIENT_CONFIG, "read_timeout": 5}
+S3FS_READ_RETRIES = 1
 _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 15.0
 
 T = TypeVar("T")
@@ -120,18 +124,19 @@ def open_url(url: str) -> Iterator[IO[bytes]]:
         handle.close()
 
 
-def _filesystem(url: str):
+def _filesystem(url: str, reading: bool = False):
     """fsspec's file system and path for `url`, without a listings cache: a dataset is written
-    by other processes while it is read, and a cached listing would hide their new objects."""
+    by other processes while it is read, and a cached listing would hide their new objects.
+    `reading`: a command that only reads, with the shorter per-call limits."""
     import fsspec
 
     protocol = fsspec.core.split_protocol(url)[0]
     options: dict = {"use_listings_cache": False} if protocol in _LISTING_CACHES else {}
     if protocol in ("s3", "s3a"):
-        options["config_kwargs"] = S3_CLIENT_CONFIG
+        options["config_kwargs"] = S3_READ_CLIENT_CONFIG if reading else S3_CLIENT_CONFIG
     fs, path = fsspec.core.url_to_fs(url, **options)
     if protocol in ("s3", "s3a"):
-        fs.retries = S3FS_RETRIES
+        fs.retries = S3FS_READ_RETRIES if reading else S3FS_RETRIES
     return fs, path
 
 
@@ -185,11 +190,18 @@ class Store:
     credentials are accepted, so a wrong URL fails at once, before any work is done.
     """
 
-    def __init__(self, url: str, *, retry_s: float | None = None, check: bool = True):
+    def __init__(
+        self,
+        url: str,
+        *,
+        retry_s: float | None = None,
+        check: bool = True,
+        reading: bool = False,
+    ):
         self.url = normalize_url(url)
-        self.retry_s = retry_seconds() if retry_s is None else float(retry_s)
+        self.retry_s = retry_seconds(reading) if retry_s is None else float(retry_s)
         try:
-            self.fs, self.root = _filesystem(self.url)
+            self.fs, self.root = _filesystem(self.url, reading)
         except (ImportError, ValueError) as err:  # unknown protocol, or its library missing
             raise StoreError(f"{self.url}: cannot open this URL ({err})") from None
         self.root = self.root.rstrip("/")

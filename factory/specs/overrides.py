@@ -84,9 +84,13 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected PATH=VALUE, e.g. generation.attempts=20"
         )
-    if any(not part.isidentifier() for part in path.split(".")):
+    parts = path.split(".")
+    if not parts[0].isidentifier() or any(
+        not (part.isidentifier() or part.isdigit()) for part in parts
+    ):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: PATH is a spec field's dotted name, e.g. generation.attempts"
+            f"{text!r}: PATH is a spec field's dotted name, a list's items by index, e.g. "
+            "generation.attempts or subtasks.0.name"
         )
     import yaml  # on use, as pydantic below: building the CLI's parser stays cheap
 
@@ -126,7 +130,10 @@ def spec_overrides(args: argparse.Namespace, verb: str | None = None) -> Overrid
             found[path] = (f"--{dest.replace('_', '-')} {value}", value)
     for assignment in getattr(args, "set", None) or []:
         path, value = assignment
-        check_path(_spec_model(), path)
+        try:
+            check_path(_spec_model(), path)
+        except UserError as err:  # the file first, as every spec error starts
+            raise UserError(f"{_spec_file(args)}: {err}") from None
         given = f"--set {path}={getattr(assignment, 'text', value)}"
         if path in found and found[path][1] != value:
             raise UserError(f"{found[path][0]} and {given} disagree; give one of them")
@@ -135,6 +142,15 @@ def spec_overrides(args: argparse.Namespace, verb: str | None = None) -> Overrid
         {path: value for path, (_, value) in found.items()},
         {path: option for path, (option, _) in found.items()},
     )
+
+
+def _spec_file(args: argparse.Namespace) -> str:
+    """The spec a verb's `--set` applies to: its spec file, else the dataset's stored spec."""
+    spec = getattr(args, "spec", None)
+    if spec is not None:
+        return str(spec)
+    dataset = getattr(args, "dataset", None)
+    return f"{dataset}/dataset_info.json" if dataset is not None else "the spec"
 
 
 def _spec_model() -> type[BaseModel]:
@@ -155,6 +171,16 @@ def check_path(model: type[BaseModel], path: str) -> None:
     annotation: Any = model
     done = []
     for part in path.split("."):
+        if part.isdigit():  # an item of a list of models (subtasks.0), else the spec checks it
+            item = _item_of(annotation)
+            if item is None and current is not None:
+                raise UserError(
+                    f"--set {path}: {'.'.join(done)} holds fields, not a list; expected "
+                    f"one of: {', '.join(sorted(current.model_fields))} after it"
+                )
+            done.append(part)
+            annotation, current = item, _model_of(item)
+            continue
         if current is None:
             if _is_plain(annotation):
                 raise UserError(
@@ -187,6 +213,17 @@ def _is_plain(annotation: Any) -> bool:
 
 def _kind(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def _item_of(annotation: Any) -> Any:
+    """The item type of a list field (optional or not), else None."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        items = [_item_of(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return items[0] if len(items) == 1 else None
+    if typing.get_origin(annotation) in (list, tuple):
+        args = typing.get_args(annotation)
+        return args[0] if args else None
+    return None
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

@@ -647,21 +647,35 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _set_dotted(raw: dict, dotted: str, value, where: str | Path) -> None:
     """`raw[a][b][c] = value` for `a.b.c`, the sections made when the file leaves them out (or
-    null); a SpecError when the path goes below a value (the file was validated first)."""
+    null); a number picks an item of a list (`subtasks.0.name`). A SpecError when the path goes
+    below a value or past a list's end (the file was validated first)."""
     *parents, leaf = dotted.split(".")
     node, done = raw, []
-    for key in parents:
-        done.append(key)
-        if node.get(key) is None:
-            node[key] = {}
-        node = node[key]
-        if not isinstance(node, dict):
+    for key in [*parents, leaf]:
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise SpecError(
+                    where,
+                    ".".join(done),
+                    f"a list of {len(node)} items; expected an index 0..{len(node) - 1} after "
+                    f"{'.'.join(done)}, not {key!r}",
+                )
+            index: int | str = int(key)
+        elif isinstance(node, dict):
+            index = key
+        else:
             raise SpecError(
                 where,
                 ".".join(done),
                 f"holds {node!r}, not fields; expected {'.'.join(done)}=VALUE, not {dotted}=VALUE",
             )
-    node[leaf] = value
+        if len(done) == len(parents):
+            node[index] = value
+            return
+        done.append(key)
+        if isinstance(node, dict) and node.get(key) is None:
+            node[key] = {}
+        node = node[index]
 
 
 def _describe(err: ValidationError, prefix: str = "") -> tuple[str, str]:

@@ -100,7 +100,7 @@ def test_verify_against_a_dead_endpoint_fails_in_seconds_in_one_line(s3_env, tmp
             capture_output=True,
             text=True,
             env=env,
-            timeout=90,
+            timeout=45,
         )
     finally:
         s3_env.gate.open()

@@ -117,7 +117,7 @@ def test_through_the_cli_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys):
     out = tmp_path / "never"
     assert main(["run", str(LIFT), "--out", str(out), "--set", "generation.atempts=3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --set generation.atempts: no field")
+    assert len(err) == 1 and err[0].startswith(f"error: {LIFT}: --set generation.atempts: no field")
     # A value the spec refuses: its validation names the field, as for the YAML itself.
     assert main(["run", str(LIFT), "--out", str(out), "--set", "generation.attempts=-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -174,6 +174,20 @@ def test_a_path_below_a_value_is_refused():
         check_path(SceneSpec, "generation.attempts.x")
 
 
+def test_a_number_in_a_path_sets_an_item_of_a_list():
+    spec = load_spec(LIFT, Overrides({"subtasks.0.name": "grab"}))
+    assert [sub.name for sub in spec.subtasks][0] == "grab"
+    assert spec.subtasks[1].name == load_spec(LIFT).subtasks[1].name
+    check_path(SceneSpec, "subtasks.1.ends_when")
+    with pytest.raises(UserError, match=r"subtasks\.0\.nam: no field 'nam' under subtasks\.0"):
+        check_path(SceneSpec, "subtasks.0.nam")
+    with pytest.raises(UserError, match=r"generation holds fields, not a list"):
+        check_path(SceneSpec, "generation.0")
+    with pytest.raises(SpecError) as caught:  # past the list's end: the file's own length
+        load_spec(LIFT, Overrides({"subtasks.5.name": "x"}))
+    assert "subtasks: a list of 2 items; expected an index 0..1" in str(caught.value)
+
+
 def test_the_stored_spec_takes_the_same_overrides():
     stored = {"spec": load_spec(LIFT).model_dump(mode="json")}
     found = Overrides({"seed": 11, "generation.attempts": 2})
@@ -201,7 +215,8 @@ def test_through_the_cli_a_bad_path_is_one_line_for_each_verb(verb, tmp_path, ca
     assert main([verb, *VERB_ARGS[verb], *BAD_PATH]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0].startswith("error: --set generation.atempts: no field 'atempts' under generation")
+    want = f"error: {LIFT}: --set generation.atempts: no field 'atempts' under generation"
+    assert err[0].startswith(want)
     assert "expected one of:" in err[0] and "attempts" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
 
