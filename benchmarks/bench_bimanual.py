@@ -6,9 +6,10 @@ against bare `mujoco.mj_step` of the same model, in one run.
 
 Prints one JSON object: attempts, successes, success_rate (end-of-episode success, the task's
 check over the final success_hold_steps), generator control steps per CPU second, the same
-for robosuite's env.step with zero actions (what the two-arm generator steps through: the fast
-loop is one robot's OSC) and for bare mj_step (a control step's substeps and nothing else: the
-physics limit); `generator_over_mj_step` and `env_step_over_mj_step` are the ratios.
+for robosuite's env.step with zero actions (what the generator steps through when the fast loop,
+`demofactory.simulation.fast_step.PairStepper`, is refused: `control` says which it took) and
+for bare mj_step (a control step's substeps and nothing else: the physics limit);
+`generator_over_mj_step` and `env_step_over_mj_step` are the ratios.
 
 Rates are per CPU second of this process (`time.process_time`), and the references run after
 each attempt for a fifth of its steps, interleaved, so that other load on the machine lands on
@@ -72,7 +73,11 @@ def main() -> None:
                 "mj_step_control_steps_per_s": round(mj_rate, 1),
                 "generator_over_mj_step": round(gen_rate / mj_rate, 3),
                 "env_step_over_mj_step": round(env_rate / mj_rate, 3),
-                "control": scene.fast_control_note,
+                "control": (
+                    "fast (PairStepper)"
+                    if scene.fast_control
+                    else f"robosuite env.step ({scene.fast_control_note})"
+                ),
             }
         )
     )

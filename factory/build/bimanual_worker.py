@@ -3,7 +3,8 @@ generator.
 
     ShardWorker.run_shard (unchanged: render, write, count) ──► run_attempt
       ──► generate_bimanual_attempt (demofactory.generators.bimanual) in a `TwoArmScene`
-          (robosuite's env.step: the fast loop is one arm's, see `TwoArmScene.fast_control_note`)
+          (both robots through demofactory.simulation.fast_step.PairStepper, or robosuite's
+          env.step where its check refused: `TwoArmScene.fast_control_note` says why)
 
 States and actions are per arm, right first: proprio [18] (9 per arm), actions [14] (7 per arm);
 `demofactory.build.run.dataset_info` writes their layouts.
@@ -32,10 +33,12 @@ class BimanualShardWorker(ShardWorker):
     ):
         super().__init__(spec, demos, scene if scene is not None else TwoArmScene(spec), ())
         self.params = bimanual_params(spec)
-        # One line a worker: why its steps take robosuite's env.step.
-        logging.getLogger(__name__).info(
-            "robosuite env.step is used: %s", self.scene.fast_control_note
-        )
+        # One line a worker: which loop its steps take (why robosuite's env.step, if so).
+        log = logging.getLogger(__name__)
+        if self.scene.fast_control:
+            log.info("both robots step through the fast loop (PairStepper)")
+        else:
+            log.info("robosuite env.step is used: %s", self.scene.fast_control_note)
 
     def run_attempt(self, task: ShardTask, attempt_id: int) -> Attempt:
         """One two-arm attempt (nominal physics: a two-arm spec has no physics: section)."""

@@ -102,9 +102,14 @@ def _reading(location: Path | str, *, shards: bool = True, fresh: bool = False, 
 _LOCAL_COPIES: dict[str, str] = {}
 
 
-def _control(note: str) -> str:
-    """How steps are taken: demofactory.simulation.fast_step, or robosuite's env.step and why."""
-    return f"robosuite env.step ({note})" if note else "fast (demofactory.simulation.fast_step)"
+def _control(note: str, two_arm: bool = False) -> str:
+    """How steps are taken: demofactory.simulation.fast_step, or robosuite's env.step and why.
+    `two_arm`: the scene's env holds a robot pair (the fast loop is PairStepper)."""
+    if note:
+        return f"robosuite env.step ({note})"
+    if two_arm:
+        return "fast (demofactory.simulation.fast_step.PairStepper: both robots' OSC and grippers)"
+    return "fast (demofactory.simulation.fast_step)"
 
 
 def _shown(text: str) -> str:

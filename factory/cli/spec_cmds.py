@@ -32,7 +32,11 @@ def cmd_validate(args) -> int:
     robots = "+".join(resolved.robots) if resolved.robots else spec.task.robot
     if spec.task.two_arm is not None:  # a pair: robosuite's robot 0 (right) and 1 (left)
         robots = f"{spec.task.robot}+{spec.task.robot}, {spec.task.two_arm.configuration}"
-    control = "per robot, below" if resolved.robots else _control(resolved.scene.fast_control_note)
+    control = (
+        "per robot, below"
+        if resolved.robots
+        else _control(resolved.scene.fast_control_note, spec.task.two_arm is not None)
+    )
     print(
         f"ok: {args.spec}: {spec.name} ({spec.task.env}, {robots}), "
         f"{len(resolved.demos)} seed demos, "

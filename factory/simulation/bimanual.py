@@ -9,8 +9,10 @@ right (robots[0]) and left (robots[1]) (`demofactory.specs.sections.TWO_ARMS`).
 
 Everything `Scene` measures at "the hand" (eef pose, grasped, touching(hand, X), controller
 limits) is measured at the arm chosen by `use_arm`; `Scene` itself keeps robot 0 in that role,
-so the one-arm code path is untouched. Stepping takes robosuite's env.step:
-`demofactory.simulation.fast_step.FastStepper` drives one robot's OSC (`fast_control_note`).
+so the one-arm code path is untouched. Stepping takes
+`demofactory.simulation.fast_step.PairStepper` (both robots' OSC and grippers, adopted once a
+few steps of it land where env.step's do), else robosuite's env.step (`fast_control_note` says
+why).
 """
 
 from __future__ import annotations
@@ -58,9 +60,6 @@ class TwoArmScene(Scene):
         self._parts = {arm: self._arm_parts(i) for i, arm in enumerate(self.arms)}
         self._closed: dict[str, bool | None] = dict.fromkeys(self.arms)
         self.current_arm = self.arms[0]
-        # Why: FastStepper reimplements one robot's OSC loop; a second robot's would be a new,
-        # unchecked copy of robosuite's math (measured cost of env.step instead: see the README).
-        self.fast_control_note = "two arms: the fast loop drives one robot's OSC"
 
     def _arm_parts(self, index: int) -> _ArmParts:
         robot = self.env.robots[index]
@@ -132,7 +131,10 @@ class TwoArmScene(Scene):
         action = np.asarray(action)
         if action.shape[-1] == ARM_ACTION:
             action = np.tile(action, len(self.env.robots))
-        self.env.step(action)
+        if self._fast is not None:
+            self._fast.step(action)
+        else:
+            self.env.step(action)
         if getattr(self, "_parts", None) is None:  # the probe, while Scene.__init__ runs
             return
         for i, arm in enumerate(self.arms):

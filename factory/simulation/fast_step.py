@@ -23,6 +23,12 @@ whose controller frame turns with its first joint, before `demofactory.robots.ar
 then
 falls back to `env.step` and `factory validate` says why.
 
+Two robots (robosuite's two-arm tasks): `PairStepper` drives one `FastStepper` per robot in
+the order env.step runs them (per substep: mj_step1, each robot's goal at the first, its
+torques and gripper, mj_step2; `_pair_substeps` compiled), and is adopted the same way:
+`check_against_env_step`, else env.step with the reason (tests: TwoArmLift parallel and
+opposed, 1e-9; a whole generated attempt, the same actions).
+
 The substeps after the first run in one compiled call (`_substeps`): it calls MuJoCo's C
 functions (mj_step1, mj_jacSite, mj_fullM, mj_step2) through their addresses in the mujoco
 package's own library, where Python would pay a binding call and a compiled call's argument
@@ -54,12 +60,17 @@ class Unsupported(Exception):
 
 
 class FastStepper:
-    """Steps a single-arm, fixed-base robosuite env exactly like `env.step`, minus observations."""
+    """Steps a single-arm, fixed-base robosuite env exactly like `env.step`, minus observations
+    (or one robot of several: `PairStepper`)."""
 
-    def __init__(self, env):
-        if len(env.robots) != 1 or not env.lite_physics:
+    def __init__(self, env, robot_index: int | None = None):
+        """`robot_index`: the robot of a multi-robot env this drives (`PairStepper` steps them
+        all); None: the env's only robot."""
+        if robot_index is None and len(env.robots) != 1:
             raise Unsupported("one robot and lite_physics are required")
-        robot = env.robots[0]
+        if not env.lite_physics:
+            raise Unsupported("one robot and lite_physics are required")
+        robot = env.robots[robot_index or 0]
         if not isinstance(robot, FixedBaseRobot):
             raise Unsupported("only fixed-base robots are supported")
         arm_name = robot.arms[0]
@@ -130,21 +141,7 @@ class FastStepper:
         )
         (jacp, jacr), mass, qm, ref_site = self._jac, self._mass, self._qM, self.ref_site
         step1(model, data)
-        # The arm's base is fixed: its frame (robosuite reads it every substep), hence the
-        # world-frame goal, and the gripper's command hold for the whole control step; computed
-        # once, they save a third of the loop's Python time (profiled, Stack). MuJoCo never
-        # writes ctrl, so the gripper's control is set once too.
-        qvel, qpos, bias, ref_pos, ref_ori = self._views
-        world_pos, world_ori = self._world_goal(action)
-        self._set_grip(action)
-        grip = np.minimum(np.maximum(self._grip_ctrl, self.grip_low), self.grip_high)
-        self._ctrl[self.grip_act] = grip
-        args = (
-            *(jacp, jacr, mass, qvel, qpos, bias),
-            *(self.qvel_index, self.qpos_index, self.kp, self.kd, self._initial_joint),
-            *(world_pos, world_ori, ref_pos, ref_ori),
-            *(self._ctrl, self.arm_act, self.arm_low, self.arm_high),
-        )
+        args = self._first_substep(action)
         if self.joint:
             self._joint_substeps(np.asarray(action[self.arm_slice], dtype=np.float64))
             return
@@ -161,6 +158,27 @@ class FastStepper:
             if record is not None:
                 record.append(self._ctrl.copy())
             step2(model, data)
+
+    def _first_substep(self, action: np.ndarray) -> tuple:
+        """What robosuite's `set_goal` does at a control step's first substep (mj_step1 done):
+        the goal, the gripper's control written into ctrl; returns `osc_control`'s arguments.
+
+        The arm's base is fixed: its frame (robosuite reads it every substep), hence the
+        world-frame goal, and the gripper's command hold for the whole control step; computed
+        once, they save a third of the loop's Python time (profiled, Stack). MuJoCo never
+        writes ctrl, so the gripper's control is set once too."""
+        (jacp, jacr), mass = self._jac, self._mass
+        qvel, qpos, bias, ref_pos, ref_ori = self._views
+        world_pos, world_ori = self._world_goal(action)
+        self._set_grip(action)
+        grip = np.minimum(np.maximum(self._grip_ctrl, self.grip_low), self.grip_high)
+        self._ctrl[self.grip_act] = grip
+        return (
+            *(jacp, jacr, mass, qvel, qpos, bias),
+            *(self.qvel_index, self.qpos_index, self.kp, self.kd, self._initial_joint),
+            *(world_pos, world_ori, ref_pos, ref_ori),
+            *(self._ctrl, self.arm_act, self.arm_low, self.arm_high),
+        )
 
     def _joint_substeps(self, goal: np.ndarray) -> None:
         """robosuite's JointPositionController, absolute input, fixed impedance, torque
@@ -233,6 +251,86 @@ class FastStepper:
             self._grip_ctrl = bias + weight * np.array(goal)
         else:
             self._grip_ctrl = np.array(goal)
+
+
+class PairStepper:
+    """Steps every robot of a multi-robot env (robosuite's two-arm tasks: a pair of one-arm
+    robots) exactly like `env.step`, minus observations: one `FastStepper` per robot.
+
+    robosuite's `env.step` runs, at each substep, mj_step1, then each robot's `control` in
+    robot order (goal at the first substep, OSC torques, gripper), then mj_step2. A robot's
+    control reads the state mj_step1 left and writes only its own actuators' ctrl, which
+    nothing reads before mj_step2: each robot's goal and torques here come from the same state,
+    so the order among robots changes nothing. The mass matrix, the same for every robot, is
+    formed once per substep. Refused (Unsupported, the Scene then takes env.step): anything a
+    robot's FastStepper refuses, and joint-position controllers (their loop is one robot's).
+    """
+
+    def __init__(self, env):
+        if len(env.robots) < 2 or not env.lite_physics:
+            raise Unsupported("two robots or more and lite_physics are required")
+        self.parts = [FastStepper(env, i) for i in range(len(env.robots))]
+        if any(part.joint for part in self.parts):
+            raise Unsupported("joint-position controllers on several robots are not supported")
+        for part in self.parts[1:]:
+            part._mass = self.parts[0]._mass  # one mass matrix a substep, read by every robot
+        cuts = np.cumsum([0, *(robot.action_dim for robot in env.robots)])
+        self.slices = [slice(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        self.action_dim = int(cuts[-1])
+        self.model, self.data = env.sim.model._model, env.sim.data._data
+        self.substeps = self.parts[0].substeps
+        self.joint, self.absolute = False, False  # per robot: see `parts`
+        self.compiled = True  # `_pair_substeps` for two robots; tests turn it off
+
+    def step(self, action: np.ndarray, record: list | None = None) -> None:
+        """One control step of every robot: `action` is env.step's (robot 0's part first)."""
+        model, data = self.model, self.data
+        if len(action) != self.action_dim:
+            raise ValueError(f"expected an action of {self.action_dim}, got {len(action)}")
+        mujoco.mj_step1(model, data)
+        args = [
+            part._first_substep(action[cut])
+            for part, cut in zip(self.parts, self.slices, strict=True)
+        ]
+        qm = self.parts[0]._qM
+        c_api = self.compiled and record is None and len(self.parts) == 2 and _c_api()
+        if c_api and data.narena >= ARENA_HEADROOM * max(data.maxuse_arena, 1):
+            a, b = self.parts
+            _pair_substeps(
+                *c_api, model._address, data._address, self.substeps, qm, a.ref_site, b.ref_site,
+                args[0], args[1],
+            )  # fmt: skip
+            return
+        mass = self.parts[0]._mass
+        for i in range(self.substeps):
+            if i:
+                mujoco.mj_step1(model, data)
+            for part in self.parts:
+                mujoco.mj_jacSite(model, data, part._jac[0], part._jac[1], part.ref_site)
+            mujoco.mj_fullM(model, mass, qm)
+            for part_args in args:
+                osc_control(*part_args)
+            if record is not None:
+                record.append(data.ctrl.copy())
+            mujoco.mj_step2(model, data)
+
+
+@numba.njit(cache=True)
+def _pair_substeps(
+    step1, step2, jac_site, full_m, model, data, substeps, qm, site_a, site_b, osc_a, osc_b
+):  # pragma: no cover - compiled
+    """`PairStepper.step`'s substeps for two robots, mj_step1 of the first already done, with
+    MuJoCo's C functions called directly (as `_substeps`). osc_a, osc_b: each robot's
+    `osc_control` arguments (jacp, jacr, the shared mass matrix first)."""
+    for i in range(substeps):
+        if i:
+            step1(model, data)
+        jac_site(model, data, osc_a[0].ctypes.data, osc_a[1].ctypes.data, site_a)
+        jac_site(model, data, osc_b[0].ctypes.data, osc_b[1].ctypes.data, site_b)
+        full_m(model, osc_a[2].ctypes.data, qm.ctypes.data)
+        osc_control(*osc_a)
+        osc_control(*osc_b)
+        step2(model, data)
 
 
 @numba.njit(cache=True)
@@ -585,7 +683,7 @@ CHECK_STEPS = 6  # control steps compared with env.step when a Scene adopts a Fa
 CHECK_TOLERANCE = 1e-4
 
 
-def check_against_env_step(env, stepper: FastStepper) -> None:
+def check_against_env_step(env, stepper: FastStepper | PairStepper) -> None:
     """Raise Unsupported unless CHECK_STEPS steps of `stepper` land where env.step's do.
 
     The checks in `__init__` cover the configurations robosuite documents; a robot model can
@@ -595,20 +693,31 @@ def check_against_env_step(env, stepper: FastStepper) -> None:
     for the robot at hand; the env is left exactly as it was.
     """
     data = stepper.data
+    parts = _parts(stepper)
     original = _saved(env, stepper)
-    for action in _as_input(stepper, WARM_UP, hold=True):  # robosuite's first steps after a
-        env.step(action)  # reset differ (cached dynamics)
+    warm_up = np.concatenate([_as_input(p, WARM_UP, hold=True) for p in parts], axis=1)
+    for action in warm_up:  # robosuite's first steps after a reset differ (cached dynamics)
+        env.step(action)
     saved = _saved(env, stepper)
 
     def restore():
         _restore(env, stepper, saved)
 
     # Full-range arm moves (fixed draws): small ones leave UR5e's difference unseen (measured).
-    width = len(stepper.qpos_index) + 1 if stepper.joint else 7
-    actions = np.random.default_rng(0).uniform(-1.0, 1.0, (CHECK_STEPS, width))
-    actions[:, -1] = 1.0
-    actions[CHECK_STEPS // 2 :, -1] = -1.0  # the hand closes, then opens
-    actions = _as_input(stepper, actions)
+    # A PairStepper: each robot's columns in turn (robosuite's action layout), every hand
+    # closing then opening.
+    widths = [len(p.qpos_index) + 1 if p.joint else 7 for p in parts]
+    draws = np.random.default_rng(0).uniform(-1.0, 1.0, (CHECK_STEPS, sum(widths)))
+    ends = np.cumsum(widths)
+    draws[:, ends - 1] = 1.0
+    draws[CHECK_STEPS // 2 :, ends - 1] = -1.0  # the hand closes, then opens
+    actions = np.concatenate(
+        [
+            _as_input(p, draws[:, end - width : end])
+            for p, width, end in zip(parts, widths, ends, strict=True)
+        ],
+        axis=1,
+    )
     reference = []
     for action in actions:
         env.step(action)
@@ -652,7 +761,12 @@ def _as_input(stepper: FastStepper, draws: np.ndarray, hold: bool = False) -> np
     return np.concatenate([positions, turns.as_rotvec(), grip], axis=1)
 
 
-def _saved(env, stepper: FastStepper) -> tuple:
+def _parts(stepper) -> list[FastStepper]:
+    """The per-robot FastSteppers of a FastStepper or a PairStepper."""
+    return list(getattr(stepper, "parts", [stepper]))
+
+
+def _saved(env, stepper) -> tuple:
     data = stepper.data
     return (
         data.time,
@@ -661,16 +775,17 @@ def _saved(env, stepper: FastStepper) -> tuple:
         data.act.copy(),
         data.ctrl.copy(),
         data.qacc_warmstart.copy(),
-        np.array(stepper.gripper_model.current_action, copy=True),
+        [np.array(p.gripper_model.current_action, copy=True) for p in _parts(stepper)],
         env.timestep,
         env.cur_time,
     )
 
 
-def _restore(env, stepper: FastStepper, saved: tuple) -> None:
+def _restore(env, stepper, saved: tuple) -> None:
     data = stepper.data
     data.time, data.qpos[:], data.qvel[:], data.act[:], data.ctrl[:] = saved[:5]
     data.qacc_warmstart[:] = saved[5]
-    stepper.gripper_model.current_action = saved[6].copy()
+    for part, action in zip(_parts(stepper), saved[6], strict=True):
+        part.gripper_model.current_action = action.copy()
     env.timestep, env.cur_time = saved[7], saved[8]
     mujoco.mj_forward(stepper.model, data)

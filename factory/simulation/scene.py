@@ -83,11 +83,17 @@ def make_env(task: TaskSpec, model_seed: int = 0, arm: dict | None = None, **sce
 
 
 def _fast_stepper(env) -> tuple[object | None, str]:
-    """(a FastStepper, "") or (None, why robosuite's env.step is used instead)."""
-    from demofactory.simulation.fast_step import FastStepper, Unsupported, check_against_env_step
+    """(a FastStepper, "") or (None, why robosuite's env.step is used instead); a PairStepper
+    for an env of several robots (robosuite's two-arm tasks)."""
+    from demofactory.simulation.fast_step import (
+        FastStepper,
+        PairStepper,
+        Unsupported,
+        check_against_env_step,
+    )
 
     try:
-        stepper = FastStepper(env)
+        stepper = PairStepper(env) if len(env.robots) > 1 else FastStepper(env)
         check_against_env_step(env, stepper)
         return stepper, ""
     except Unsupported as why:
@@ -226,7 +232,11 @@ class Scene:
         # robosuite builds a new arm controller at every env reset: the one in use now.
         robot = self.env.robots[0]
         holders = [robot.part_controllers[robot.arms[0]]]
-        return holders if self._fast is None else [*holders, self._fast]
+        if self._fast is None:
+            return holders
+        # a PairStepper: robot 0's loop, the robot whose controller is listed (two-arm specs
+        # take no physics: section)
+        return [*holders, getattr(self._fast, "parts", [self._fast])[0]]
 
     def set_physics(self, draw: PhysicsDraw | None) -> None:
         """The physics of the episodes from now on (`demofactory.simulation.physics`), None for

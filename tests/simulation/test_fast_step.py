@@ -231,3 +231,107 @@ def test_joint_position_targets_step_as_env_step_does():
     np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-9)
     assert np.abs(ours[-1] - start.state).max() > 1e-3
     assert np.array_equal(scene.snapshot().gripper_action, reference_grip)
+
+
+TWO_ARM_LIFT = SPECS / "two_arm_lift.yaml"
+
+
+def _two_arm_both_ways(scene, fast, actions):
+    """`both_ways` for a robot pair: every hand's gripper command state restored with the
+    MuJoCo state (`Scene.snapshot` keeps robot 0's). Returns (start state, env.step states,
+    fast states, whether each hand's command state ended the same)."""
+    grippers = [robot.gripper[robot.arms[0]] for robot in scene.env.robots]
+    start, held = scene.snapshot(), [np.array(g.current_action, copy=True) for g in grippers]
+    reference = []
+    for action in actions:
+        scene.env.step(action)
+        reference.append(scene.get_state())
+    reference_held = [np.array(g.current_action, copy=True) for g in grippers]
+    scene.restore(start)
+    for gripper, action in zip(grippers, held, strict=True):
+        gripper.current_action = action.copy()
+    ours = []
+    for action in actions:
+        fast.step(action)
+        ours.append(scene.get_state())
+    same = [
+        np.array_equal(g.current_action, a) for g, a in zip(grippers, reference_held, strict=True)
+    ]
+    return start.state, np.array(reference), np.array(ours), same
+
+
+@pytest.fixture(scope="module", params=["parallel", "opposed"])
+def two_arm_scene(request):
+    from demofactory.simulation.bimanual import TwoArmScene
+
+    spec = load_spec(TWO_ARM_LIFT, {"task.two_arm.configuration": request.param})
+    return TwoArmScene(spec)
+
+
+def test_two_arm_fast_steps_follow_env_step(two_arm_scene):
+    from demofactory.simulation.fast_step import PairStepper
+
+    scene = two_arm_scene
+    # adopted: its check against env.step passed on this pair
+    assert scene.fast_control and scene.fast_control_note == "", scene.fast_control_note
+    assert isinstance(scene._fast, PairStepper)
+    fast = PairStepper(scene.env)
+    rng = np.random.default_rng(3)
+    actions = rng.uniform(-1, 1, (23, 14))
+    actions[:, [6, 13]] = np.sign(actions[:, [6, 13]])
+    scene.env.reset()
+    for action in actions[:3]:  # past robosuite's cached first step after a reset
+        scene.env.step(action)
+    start, reference, ours, same_grip = _two_arm_both_ways(scene, fast, actions[3:])
+    np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-9)
+    assert not np.array_equal(ours[0], start)  # it moved
+    assert same_grip == [True, True]  # both hands' commands through robosuite's speed limit
+    # both arms moved (robot 1's half of the action is not dropped)
+    for robot in scene.env.robots:
+        joints = np.asarray(robot._ref_joint_pos_indexes)
+        assert np.abs(ours[-1][1 + joints] - start[1 + joints]).max() > 1e-3
+
+
+def test_two_arm_compiled_substeps_are_the_python_loop_bit_for_bit(two_arm_scene):
+    from demofactory.simulation.fast_step import PairStepper
+
+    scene = two_arm_scene
+    fast = PairStepper(scene.env)
+    rng = np.random.default_rng(4)
+    actions = rng.uniform(-1, 1, (10, 14))
+    actions[:, [6, 13]] = np.sign(actions[:, [6, 13]])
+    scene.reset()
+    start = scene.snapshot()
+    grippers = [robot.gripper[robot.arms[0]] for robot in scene.env.robots]
+    held = [np.array(g.current_action, copy=True) for g in grippers]
+    runs = {}
+    for compiled in (True, False):
+        scene.restore(start)
+        for gripper, action in zip(grippers, held, strict=True):
+            gripper.current_action = action.copy()
+        fast.compiled = compiled
+        runs[compiled] = [fast.step(a) or scene.get_state() for a in actions]
+    np.testing.assert_array_equal(np.array(runs[True]), np.array(runs[False]))
+
+
+def test_a_two_arm_controller_it_cannot_reproduce_falls_back_with_the_reason():
+    import robosuite
+    from demofactory.simulation.fast_step import PairStepper
+    from demofactory.simulation.scene import _fast_stepper
+    from robosuite.controllers import load_composite_controller_config
+
+    config = load_composite_controller_config(controller="BASIC", robot="Panda")
+    config["body_parts"]["right"]["input_ref_frame"] = "world"
+    env = robosuite.make(
+        "TwoArmLift",
+        robots=["Panda", "Panda"],
+        env_configuration="parallel",
+        controller_configs=config,
+        has_renderer=False,
+        has_offscreen_renderer=False,
+        use_camera_obs=False,
+    )
+    with pytest.raises(Unsupported, match="base reference frame"):
+        PairStepper(env)
+    stepper, why = _fast_stepper(env)  # what a TwoArmScene adopts: env.step, and why
+    assert stepper is None and "base reference frame" in why

@@ -218,3 +218,16 @@ def test_a_sequential_window_skips_only_the_hands_stillness():
     assert _still_until(poses, 0, 15) == 9  # the window opens as the hand starts to move
     assert _still_until(poses, 0, 5) == 5  # not after the subtask it waits for ended
     assert _still_until(poses, 12, 15) == 12  # a hand moving at once starts where it was
+
+
+@pytest.mark.sim
+def test_validate_says_which_loop_two_arm_steps_take(tmp_path):
+    """The control: line: the two-arm fast loop once its check passed, env.step and why not."""
+    fast = factory(tmp_path, "validate", TWO_ARM)
+    assert fast.returncode == 0, fast.stderr
+    assert "control: fast (demofactory.simulation.fast_step.PairStepper: both robots' OSC" in (
+        fast.stdout
+    )
+    slow = factory(tmp_path, "validate", TWO_ARM, "--set", "task.fast_control=false")
+    assert slow.returncode == 0, slow.stderr
+    assert "control: robosuite env.step (task.fast_control: false)" in slow.stdout
