@@ -36,7 +36,6 @@ import threading
 
 import mujoco
 import numpy as np
-from demofactory.build.pipeline import ShardWorker
 from demofactory.build.records import ShardTask
 from demofactory.generators.mimicgen import (
     AttemptPlan,
@@ -45,6 +44,9 @@ from demofactory.generators.mimicgen import (
     generate_attempt,
 )
 from demofactory.generators.records import Attempt
+
+# `worker` below is a demofactory.build.pipeline.ShardWorker, not imported: pipeline runs
+# these (ShardWorker.run_shard), and the layers test forbids the cycle.
 
 FALLBACK = "set generation.backend: cpu"
 
@@ -67,9 +69,13 @@ def unsupported(spec) -> str | None:
     return None
 
 
-def batch_starts(worker: ShardWorker, task: ShardTask) -> list[tuple[AttemptPlan, mujoco.MjData]]:
+def batch_starts(
+    worker, task: ShardTask, marks: list | None = None
+) -> list[tuple[AttemptPlan, mujoco.MjData]]:
     """(plan, start MjData) of each attempt of `task`, in its order: the state the CPU path's
-    `generate_attempt` starts the attempt from, made by the same functions from the same seed."""
+    `generate_attempt` starts the attempt from, made by the same functions from the same seed.
+    `marks`, a list: each attempt's start marks (`Scene.mark_start`: the heights and joint
+    positions `lifted` and `opened` compare with) appended to it."""
     if worker.physics is not None:
         raise NotImplementedError("per-world physics draws are not landed for MuJoCo Warp")
     if task.targets:
@@ -81,6 +87,8 @@ def batch_starts(worker: ShardWorker, task: ShardTask) -> list[tuple[AttemptPlan
         _, placement = attempt_placement(worker.demos, plan, worker.params)
         demo = worker.demos[0]
         scene.reset_to(demo.start_state, placement, fixtures=demo.fixture_poses)
+        if marks is not None:
+            marks.append((dict(scene._start_z), dict(scene._start_q)))
         data = mujoco.MjData(scene.model)
         mujoco.mj_copyData(data, scene.model, scene.data)
         starts.append((plan, data))
@@ -90,8 +98,8 @@ def batch_starts(worker: ShardWorker, task: ShardTask) -> list[tuple[AttemptPlan
 class _Batch:
     """The worlds' last states (copied from the device) and which one the CPU scene holds."""
 
-    def __init__(self, scene, states: np.ndarray):
-        self.scene, self.states = scene, states
+    def __init__(self, scene, states: np.ndarray, marks: list):
+        self.scene, self.states, self.marks = scene, states, marks
         self.loaded: int | None = None
         self.closed = np.zeros(len(states), dtype=bool)  # Scene.gripper_closed per world
 
@@ -99,6 +107,7 @@ class _Batch:
         if self.loaded != w:
             self.scene.set_state(self.states[w])
             self.scene.gripper_closed = bool(self.closed[w])
+            self.scene._start_z, self.scene._start_q = self.marks[w]
             self.loaded = w
 
     def refresh(self, states: np.ndarray) -> None:
@@ -158,7 +167,7 @@ class _Turn:
         self.back.acquire()
 
 
-def run_batch(worker: ShardWorker, task: ShardTask, device: str = "cpu") -> list[Attempt]:
+def run_batch(worker, task: ShardTask, device: str = "cpu") -> list[Attempt]:
     """Every attempt of `task` as one batch of worlds; the Attempts in the task's order, as
     `ShardWorker.run_attempt` returns them on the CPU path."""
     from demofactory.simulation import mjwarp
@@ -171,12 +180,13 @@ def run_batch(worker: ShardWorker, task: ShardTask, device: str = "cpu") -> list
     if stepper is None:
         raise NotImplementedError("the robot does not take the factory's OSC loop")
     scene.set_physics(None)  # as ShardWorker.run_attempt without a physics: section
-    starts = batch_starts(worker, task)
+    marks: list = []
+    starts = batch_starts(worker, task, marks)
     n = len(starts)
     worlds = mjwarp.BatchedWorlds(scene.model, [d for _, d in starts], nworld=n, device=device)
     osc = mjwarp.BatchedOSC(worlds, mjwarp.ArmParams.from_stepper(stepper))
     hands = mjwarp.GripperCommands(stepper, n)
-    batch = _Batch(scene, worlds.states())
+    batch = _Batch(scene, worlds.states(), marks)
     turns = [_Turn() for _ in range(n)]
 
     def attempt(w: int, plan: AttemptPlan) -> None:
