@@ -17,6 +17,13 @@ the same number of physics steps both ways, so the ratio is also the attempts-pe
 control step run as one captured CUDA graph. `--osc` adds, per batch size, the batched OSC
 loop (BatchedOSC: the goals and the torques of every world recomputed on the device every
 substep, as the CPU path does; the trace's actions), against the same physics-only reference.
+
+The success rate of the batched attempt loop against the CPU backend, the same spec, shards
+and seeds both ways in one run (demofactory.build.batched.run_batch; needs robosuite):
+
+    .venv/bin/python benchmarks/bench_batched.py --spec scene_specs/stack.yaml \
+        --success 16 --per-batch 8 --device cpu
+
 Prints JSON.
 """
 
@@ -208,6 +215,49 @@ def batched(model, start, ctrl: np.ndarray, steps: int, nworld: int, device: str
     }
 
 
+def success_rates(spec_path: Path, attempts: int, per_batch: int, device: str) -> dict:
+    """Success rate of the same attempts (same spec, shards and seeds) through the batched
+    attempt loop (demofactory.build.batched.run_batch, MuJoCo Warp on `device`) and through the
+    CPU path (ShardWorker.run_attempt), one run; the attempts in shards of `per_batch`."""
+    from demofactory.build.batched import run_batch
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.robots import repairs
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
+
+    repairs.install()
+    resolved = resolve_spec(load_spec(spec_path))
+    worker = ShardWorker(resolved.spec, resolved.demos, resolved.scene)
+    ours, cpu, lengths, wall = [], [], [], {"batched": 0.0, "cpu": 0.0}
+    for shard, first in enumerate(range(0, attempts, per_batch)):
+        task = ShardTask(shard, tuple(range(first, min(first + per_batch, attempts))))
+        start = time.perf_counter()
+        batch = run_batch(worker, task, device=device)
+        wall["batched"] += time.perf_counter() - start
+        start = time.perf_counter()
+        reference = [worker.run_attempt(task, a) for a in task.attempt_ids]
+        wall["cpu"] += time.perf_counter() - start
+        ours += [a.success for a in batch]
+        cpu += [a.success for a in reference]
+        lengths += [[len(a.actions), len(b.actions)] for a, b in zip(batch, reference, strict=True)]
+    rate = {"batched": float(np.mean(ours)), "cpu": float(np.mean(cpu))}
+    return {
+        "spec": str(spec_path),
+        "device": device,
+        "attempts": attempts,
+        "worlds_per_batch": per_batch,
+        "success_rate": {k: round(v, 4) for k, v in rate.items()},
+        "points_apart": round(100 * (rate["batched"] - rate["cpu"]), 1),
+        "same_outcome": int(sum(a == b for a, b in zip(ours, cpu, strict=True))),
+        "mean_steps": {
+            "batched": round(float(np.mean([x for x, _ in lengths])), 1),
+            "cpu": round(float(np.mean([y for _, y in lengths])), 1),
+        },
+        "wall_s": {k: round(v, 1) for k, v in wall.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, help="with --save-trace: the spec to trace")
@@ -222,7 +272,19 @@ def main() -> None:
         action="store_true",
         help="also time the batched OSC loop (BatchedOSC; needs demofactory importable)",
     )
+    parser.add_argument(
+        "--success",
+        type=int,
+        metavar="ATTEMPTS",
+        help="with --spec: success rate of ATTEMPTS attempts, batched vs the CPU backend",
+    )
+    parser.add_argument("--per-batch", type=int, default=8, help="with --success: worlds a batch")
     args = parser.parse_args()
+    if args.success is not None:
+        if args.spec is None:
+            parser.error("--success needs --spec")
+        print(json.dumps(success_rates(args.spec, args.success, args.per_batch, args.device)))
+        return
     if args.save_trace is not None:
         if args.spec is None:
             parser.error("--save-trace needs --spec")

@@ -69,6 +69,7 @@ TABLE = {
     "test_render_detail.py": "simulation",
     "test_view_cull.py": "simulation",
     "test_bimanual_sim.py": "build",
+    "test_mjwarp_attempts.py": "build",
     "test_bimanual_spec.py": "specs",
     "test_render_modes.py": "simulation",
     "test_scene_registry.py": "simulation",

@@ -260,9 +260,18 @@ class ShardWorker:
         }
         robots: dict[str, dict[str, int]] = {}
         placements = []
-        for attempt_id in task.attempt_ids:
+        batched = None
+        if self.spec.generation.backend == "mjwarp":  # the shard's attempts as one batch
+            from demofactory.build.batched import run_batch
+            from demofactory.simulation.mjwarp import default_device
+
+            batched = run_batch(self, task, device=default_device())
+        for position, attempt_id in enumerate(task.attempt_ids):
             worker = self.worker_for(attempt_id)  # this one, or the attempt's robot's
-            attempt = worker.run_attempt(task, attempt_id)
+            if batched is not None:
+                attempt = batched[position]
+            else:
+                attempt = worker.run_attempt(task, attempt_id)
             tally = robots.setdefault(worker.spec.task.robot, {"attempts": 0, "successes": 0})
             tally["attempts"] += 1
             steps += attempt.length

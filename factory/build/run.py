@@ -167,21 +167,23 @@ def backend_info(spec: SceneSpec) -> dict:
 
 
 def refuse_unlanded_backend(spec: SceneSpec) -> None:
-    """backend mjwarp: the extra must be installed (one line how), and then the run is refused:
-    the batched attempt loop is not landed yet (docs/mjwarp.md), and a run that silently took
-    the CPU path would record a backend that did not make it."""
+    """backend mjwarp: the extra must be installed (one line how), and the spec must be one the
+    batched attempt loop runs (demofactory.build.batched.unsupported; else one line naming what
+    and the fallback): a run that silently took the CPU path would record a backend that did
+    not make it."""
     if spec.generation.backend != "mjwarp":
         return
+    from demofactory.build.batched import unsupported
     from demofactory.simulation import mjwarp
 
     mjwarp.require_mjwarp(str(spec.path))
-    raise SpecError(
-        spec.path,
-        "generation.backend",
-        "mjwarp: the batched attempt loop is not landed yet (validate checks the model, "
-        "benchmarks/bench_batched.py steps the worlds; docs/mjwarp.md); set "
-        "generation.backend: cpu to generate now",
-    )
+    why = unsupported(spec)
+    if why is not None:
+        raise SpecError(
+            spec.path,
+            "generation.backend",
+            f"mjwarp does not batch {why} yet (docs/mjwarp.md); set generation.backend: cpu",
+        )
 
 
 def _arm_embodiments(spec: SceneSpec, info: dict, state_layout: list) -> dict:

@@ -21,9 +21,8 @@ difference on Stack against CPU MuJoCo, the same state and controls both ways.
     GripperCommands(fast_stepper, N): each world's gripper ctrl from its actions (robosuite's
       speed-limited command, a hand state per world, on the host)
 
-Not landed yet: the rest of the batched attempt loop (retargeted targets and the predicates
-per world, each success's states recorded, physics draws per world);
-`factory run` refuses backend mjwarp until it is (docs/mjwarp.md).
+The attempt loop over these is demofactory.build.batched (run_batch); what it does not batch
+is refused there and at `factory run` (docs/mjwarp.md).
 """
 
 from __future__ import annotations
@@ -71,6 +70,12 @@ def require_mjwarp(where: str) -> tuple:
             f"mjwarp needs MuJoCo Warp, which is not installed ({found}): {INSTALL}, or {FALLBACK}",
         )
     return found
+
+
+def default_device() -> str:
+    """The device a run's batches go to: the first CUDA device warp sees, else warp's CPU."""
+    warp, _ = require_mjwarp("<backend>")
+    return "cuda:0" if warp.is_cuda_available() else "cpu"
 
 
 def versions() -> dict[str, str]:

@@ -491,8 +491,9 @@ class GenerationSpec(StrictModel):
     backend: Literal["cpu", "mjwarp"] = Field(
         "cpu",
         description="The physics: cpu, MuJoCo on a CPU core per worker; mjwarp, MuJoCo Warp "
-        "(the gpu extra, pip install 'demofactory[gpu]'): validated against the model, and "
-        "the batched attempt loop is not landed yet (factory run refuses it; docs/mjwarp.md). "
+        "(the gpu extra, pip install 'demofactory[gpu]'): a shard's attempts as one batch of "
+        "worlds, one-arm specs without physics:, rebalance, subtask_retries or transit: plan "
+        "(factory run refuses the rest, naming backend cpu; docs/mjwarp.md). "
         "A dataset keeps the backend that made it.",
     )
     transit_clearance: float = Field(
