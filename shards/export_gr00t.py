@@ -217,11 +217,47 @@ def _parts(layout: Sequence[tuple[str, int]], action: bool) -> dict[str, dict[st
         if rotation is not None:
             entry["rotation_type"] = rotation
         if action:
-            entry["absolute"] = not name.startswith("delta")
+            # a two-arm layout prefixes each part with its arm: right_delta_pos is relative too
+            entry["absolute"] = not _unprefixed(name).startswith("delta")
         entry["dtype"] = "float32"
         parts[name] = entry
         start += size
     return parts
+
+
+ARMS = ("right", "left")  # a two-arm layout's part prefixes (dataset_info.json, right first)
+
+
+def _unprefixed(name: str) -> str:
+    for arm in ARMS:
+        if name.startswith(f"{arm}_"):
+            return name[len(arm) + 1 :]
+    return name
+
+
+def arm_parts(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]] | None:
+    """A two-arm layout's parts grouped as GR00T's bimanual embodiments name them:
+    ``<arm>_arm`` (eef pose or its delta) and ``<arm>_hand`` (the gripper), each a contiguous
+    slice with one ``absolute`` flag; None when the parts are not all arm-prefixed, or a group
+    is not contiguous or mixes absolute and relative parts (the fine parts are kept then).
+    A merged arm part has no ``rotation_type`` (GR00T applies one to a whole part): the
+    quaternion is ``<arm>_arm[3:7]`` (wxyz), the axis-angle ``<arm>_arm[3:6]``."""
+    groups: dict[str, dict[str, Any]] = {}
+    for name, entry in parts.items():
+        arm = next((a for a in ARMS if name.startswith(f"{a}_")), None)
+        if arm is None:
+            return None
+        key = f"{arm}_hand" if _unprefixed(name).startswith("gripper") else f"{arm}_arm"
+        group = groups.get(key)
+        if group is None:
+            groups[key] = {k: v for k, v in entry.items() if k != "rotation_type"}
+            continue
+        if group["end"] != entry["start"] or group.get("absolute") != entry.get("absolute"):
+            return None
+        group["end"] = entry["end"]
+    if {name.split("_")[0] for name in groups} != set(ARMS):
+        return None
+    return groups
 
 
 def modality_json(source: Source, subtasks: bool = False) -> dict[str, Any]:
@@ -238,9 +274,11 @@ def modality_json(source: Source, subtasks: bool = False) -> dict[str, Any]:
     annotation: dict[str, Any] = {ANNOTATION: {}}
     if subtasks:
         annotation[SUBTASK_ANNOTATION] = {}
+    state = _parts(gr00t_state_layout(source.state_layout), action=False)
+    action = _parts(source.action_layout, action=True)
     return {
-        "state": _parts(gr00t_state_layout(source.state_layout), action=False),
-        "action": _parts(source.action_layout, action=True),
+        "state": arm_parts(state) or state,
+        "action": arm_parts(action) or action,
         "video": {c.name: {"original_key": video_key(c.name)} for c in source.cameras},
         "annotation": annotation,
     }

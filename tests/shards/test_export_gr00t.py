@@ -320,3 +320,28 @@ def test_gr00t_a_shard_that_disagrees_fails_and_leaves_nothing(tmp_path):
     with pytest.raises(DatasetError, match="not a readable dataset.*episodes.jsonl lists"):
         export_gr00t(root, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny"]
+
+
+def test_a_two_arm_layout_is_split_into_arm_and_hand_parts():
+    from demofactory.shards.export_gr00t import _parts, arm_parts, gr00t_state_layout
+    from demofactory.simulation.bimanual import arm_layout
+
+    one_state = [["eef_pos", 3], ["eef_quat_xyzw", 4], ["gripper_qpos", 2]]
+    one_action = [["delta_pos", 3], ["delta_axis_angle", 3], ["gripper", 1]]
+    arms = ("right", "left")
+    state = arm_parts(_parts(gr00t_state_layout(arm_layout(one_state, arms)), action=False))
+    action = arm_parts(_parts(arm_layout(one_action, arms), action=True))
+    for parts, width in ((state, 18), (action, 14)):
+        covered = sorted(i for p in parts.values() for i in range(p["start"], p["end"]))
+        assert covered == list(range(width))  # every dimension exactly once
+    assert (state["right_arm"]["start"], state["right_arm"]["end"]) == (0, 7)
+    assert (state["left_hand"]["start"], state["left_hand"]["end"]) == (16, 18)
+    assert [
+        action[k]["absolute"] for k in ("right_arm", "right_hand", "left_arm", "left_hand")
+    ] == [
+        False,
+        True,
+        False,
+        True,
+    ]
+    assert arm_parts(_parts(one_action, action=True)) is None  # one arm: the fine parts stay
