@@ -21,6 +21,19 @@ SPECS = REPO / "scene_specs"
 DEMOS = SPECS / "demos"
 
 
+def _mjwarp_missing() -> bool:
+    from demofactory.simulation import mjwarp
+
+    return not mjwarp.available()
+
+
+# The tests of `generation.backend: mjwarp` need the gpu extra, which the default install (and
+# CI) leaves out.
+NEEDS_MJWARP = pytest.mark.skipif(
+    _mjwarp_missing(), reason="MuJoCo Warp is not installed (pip install '.[gpu]')"
+)
+
+
 # --- markers ------------------------------------------------------------------------------------
 # `sim`: builds a robosuite/MuJoCo env; `ray`: starts Ray; `slow`: over ~10 s on 2 cores (see
 # pyproject.toml). `pytest -m "not sim and not ray and not slow"` runs the pure tests in seconds.

@@ -15,16 +15,13 @@ import sys
 
 import numpy as np
 import pytest
-from demofactory.simulation import mjwarp
 
-from tests.conftest import SPECS, write_spec
+from tests.conftest import NEEDS_MJWARP, SPECS, write_spec
 
 pytestmark = [
     pytest.mark.sim,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not mjwarp.available(), reason="MuJoCo Warp is not installed (pip install '.[gpu]')"
-    ),
+    NEEDS_MJWARP,
 ]
 
 

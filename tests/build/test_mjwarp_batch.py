@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 from demofactory.simulation import mjwarp
 
-from tests.conftest import SPECS
+from tests.conftest import NEEDS_MJWARP, SPECS
 
 pytestmark = [
     pytest.mark.sim,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not mjwarp.available(), reason="MuJoCo Warp is not installed (pip install '.[gpu]')"
-    ),
+    NEEDS_MJWARP,
 ]
 
 

@@ -18,11 +18,9 @@ from demofactory.errors import SpecError, UserError
 from demofactory.simulation import mjwarp
 from demofactory.specs.spec import load_spec
 
-from tests.conftest import REPO, write_spec
+from tests.conftest import NEEDS_MJWARP, REPO, write_spec
 
-needs_mjwarp = pytest.mark.skipif(
-    not mjwarp.available(), reason="MuJoCo Warp is not installed (pip install '.[gpu]')"
-)
+needs_mjwarp = NEEDS_MJWARP
 
 BLOCKED = (
     "import runpy, sys; sys.modules['mujoco_warp'] = None; sys.argv = ['factory', *sys.argv[1:]]; "
