@@ -10,7 +10,6 @@ import gc
 
 import numpy as np
 import pytest
-import yaml
 from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from demofactory.seeds.resolve import resolve_spec
 from demofactory.simulation.scene import Placement
@@ -24,7 +23,7 @@ SPEC_FILES = sorted(SPECS.glob("*.yaml"))
 
 
 def _two_arm(path) -> bool:
-    return (yaml.safe_load(path.read_text()).get("task") or {}).get("two_arm") is not None
+    return load_spec(path).task.two_arm is not None  # its `extends:` chain followed
 
 
 # Two-arm specs: annotated per arm and stepped as a pair (tests/build/test_bimanual_sim.py); here

@@ -1,0 +1,61 @@
+"""A generated two-arm dataset (TwoArmLift, three cameras: a front view and both wrist cameras)
+exported by the real LeRobot and GR00T exporters: per-arm names, both wrist cameras, and GR00T's
+right/left arm and hand parts covering every dimension once, with the right `absolute` flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from demofactory.cli.main import main
+from demofactory.shards.export_gr00t import export_gr00t
+from demofactory.shards.export_lerobot import export_lerobot
+
+# One real attempt with cameras on a local Ray cluster, then two exports.
+pytestmark = [pytest.mark.sim, pytest.mark.ray, pytest.mark.slow]
+
+SPEC = Path(__file__).parents[2] / "scene_specs" / "two_arm_lift_img.yaml"
+WRISTS = ("robot0_eye_in_hand", "robot1_eye_in_hand")  # the right arm's, the left arm's
+
+
+@pytest.fixture(scope="module")
+def two_arm_dataset(tmp_path_factory, ray_cluster) -> Path:
+    out = tmp_path_factory.mktemp("datasets") / "two_arm"
+    small = [f"--set=cameras.{i}.{side}=32" for i in range(3) for side in ("width", "height")]
+    args = ["run", str(SPEC), "--out", str(out), "--attempts", "1", "--workers", "1"]
+    assert main([*args, "--no-progress", *small]) == 0
+    cameras = json.loads((out / "dataset_info.json").read_text())["cameras"]
+    assert [(c["name"], c["width"], c["height"]) for c in cameras][1:] == [
+        (w, 32, 32) for w in WRISTS
+    ]
+    return out
+
+
+def test_lerobot_names_each_dimension_by_arm_and_keeps_both_wrist_cameras(
+    two_arm_dataset, tmp_path
+):
+    summary = export_lerobot(two_arm_dataset, tmp_path / "lerobot")
+    assert summary["episodes"] == 1  # the one attempt succeeded
+    features = json.loads((tmp_path / "lerobot/meta/info.json").read_text())["features"]
+    state, action = features["observation.state"], features["action"]
+    assert state["shape"] == [18] and action["shape"] == [14]
+    for names, per_arm in ((state["names"], 9), (action["names"], 7)):
+        assert all(n.startswith("right_") for n in names[:per_arm])
+        assert all(n.startswith("left_") for n in names[per_arm:])
+    for camera in WRISTS:
+        assert features[f"observation.images.{camera}"]["shape"] == [32, 32, 3]
+
+
+def test_gr00t_splits_state_and_action_into_arm_and_hand_parts(two_arm_dataset, tmp_path):
+    export_gr00t(two_arm_dataset, tmp_path / "gr00t")
+    modality = json.loads((tmp_path / "gr00t/meta/modality.json").read_text())
+    for key, width in (("state", 18), ("action", 14)):
+        parts = modality[key]
+        assert set(parts) == {"right_arm", "right_hand", "left_arm", "left_hand"}
+        covered = sorted(i for p in parts.values() for i in range(p["start"], p["end"]))
+        assert covered == list(range(width))  # every dimension once
+    action = modality["action"]
+    assert [action[f"{arm}_arm"]["absolute"] for arm in ("right", "left")] == [False, False]
+    assert [action[f"{arm}_hand"]["absolute"] for arm in ("right", "left")] == [True, True]
+    assert set(WRISTS) <= set(modality["video"])
