@@ -276,10 +276,21 @@ class _TwoArmRollout:
         self.proprio.append(scene.proprio())
         self.actions.append(action)
         scene.step(action)
-        last = all(arm.position >= len(arm.queue) for arm in self.arms)
-        self.success.append(last and scene.success())
+        # Only the final `success_hold_steps` values are read: once every arm is on its last
+        # segment the steps left are known, and the task's check (robosuite's, in Python: half
+        # the generator's time on TwoArmHandover) runs for those steps alone.
+        self.success.append(self._steps_left() < self.gen.success_hold_steps and scene.success())
         for arm in self.arms:
             self._advance(arm)
+
+    def _steps_left(self) -> int:
+        """Control steps after this one until every arm has finished (a large number while an
+        arm still has a segment to start)."""
+        if any(arm.position < len(arm.queue) for arm in self.arms):
+            return 1 << 30
+        return max(
+            (len(a.segment.poses) - a.segment.step - 1 for a in self.arms if a.segment), default=0
+        )
 
     def _advance(self, arm: _Arm) -> None:
         seg = arm.segment

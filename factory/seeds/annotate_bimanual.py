@@ -124,7 +124,15 @@ def _segments(spec: SceneSpec, holds: np.ndarray, count: int, demo: SeedDemo, ee
         if sub.coordination == "sequential":
             # The arm holding still in the demo until the subtask it waits for ended is not
             # replayed: generation holds it still for as long as that takes instead.
-            start = _still_until(eef[arm], start, bounds[named[sub.after]][1])
+            until = bounds[named[sub.after]][1]
+            still = _still_until(eef[arm], start, until)
+            settled = _still_since(eef[arm], start, until)
+            if still == start and k and settled < until:
+                # The hand moved on a little (settling at the end of its previous segment)
+                # before it waited: those steps close the previous segment, the wait is skipped.
+                bounds[queue[k - 1]][1] = settled
+                still = until
+            start = still
         if sub.ends_when is None or j == queue[-1]:
             end, why = count, "the demo's end (the task's success)"
         else:
@@ -149,6 +157,13 @@ def _still_until(poses: np.ndarray, start: int, until: int) -> int:
     was at `start` (`start` itself when it moved at once)."""
     moved = np.linalg.norm(poses[start : until + 1, :3, 3] - poses[start, :3, 3], axis=1) > STILL
     return start + (int(np.argmax(moved)) - 1 if moved.any() else len(moved) - 1)
+
+
+def _still_since(poses: np.ndarray, start: int, until: int) -> int:
+    """The first step in [start, until] from which the hand stayed within STILL m of where it
+    was at `until` (`until` itself when it was still moving then)."""
+    moved = np.linalg.norm(poses[start : until + 1, :3, 3] - poses[until, :3, 3], axis=1) > STILL
+    return min(start + (int(len(moved) - np.argmax(moved[::-1])) if moved.any() else 0), until)
 
 
 STILL = 0.005  # metres: a hand that moved less was holding still

@@ -220,6 +220,18 @@ def test_a_sequential_window_skips_only_the_hands_stillness():
     assert _still_until(poses, 12, 15) == 12  # a hand moving at once starts where it was
 
 
+def test_a_hand_that_settles_before_it_waits_is_still_from_where_it_settled():
+    from demofactory.seeds.annotate_bimanual import _still_since
+
+    poses = np.tile(np.eye(4), (20, 1, 1))
+    poses[:6, 0, 3] = np.linspace(0.0, 0.05, 6)  # settling for 6 steps, then still
+    poses[6:, 0, 3] = 0.05
+    assert _still_since(poses, 0, 15) == 5  # still from step 5 (where it came to rest) on
+    assert _still_since(poses, 8, 15) == 8  # still all along
+    poses[15, 0, 3] = 0.2
+    assert _still_since(poses, 0, 15) == 15  # moving at `until`: no still stretch before it
+
+
 @pytest.mark.sim
 def test_validate_says_which_loop_two_arm_steps_take(tmp_path):
     """The control: line: the two-arm fast loop once its check passed, env.step and why not."""
