@@ -137,16 +137,26 @@ class TwoArmScene(Scene):
             self.env.step(action)
         if getattr(self, "_parts", None) is None:  # the probe, while Scene.__init__ runs
             return
+        self.note_grippers(action)
+
+    def note_grippers(self, action: np.ndarray) -> None:
+        """Take each arm's gripper command in a [7 * arms] action as stepped (by `step`, or by
+        robosuite's env.step under teleoperation): whether each hand is commanded closed."""
         for i, arm in enumerate(self.arms):
             self._closed[arm] = bool(action[(i + 1) * ARM_ACTION - 1] * self.gripper_sign > 0)
         self.gripper_closed = self._closed[self.current_arm]
 
     def reset(self, fixtures=None) -> None:
         super().reset(fixtures)
-        if getattr(self, "_parts", None):  # robosuite rebuilt the arm controllers: rebind
-            self._parts = {arm: self._arm_parts(i) for i, arm in enumerate(self.arms)}
-            self._closed = dict.fromkeys(self.arms)
-            self.use_arm(self.current_arm)
+        if getattr(self, "_parts", None):
+            self.rebind_arms()
+
+    def rebind_arms(self) -> None:
+        """After robosuite's env.reset (which rebuilds the arm controllers): each arm's handles
+        again, no gripper command known."""
+        self._parts = {arm: self._arm_parts(i) for i, arm in enumerate(self.arms)}
+        self._closed = dict.fromkeys(self.arms)
+        self.use_arm(self.current_arm)
 
     @property
     def action_dim(self) -> int:
