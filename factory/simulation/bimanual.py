@@ -114,6 +114,35 @@ class TwoArmScene(Scene):
         with self.arm(arm):
             return self.controller_limits()
 
+    def camera_mounts(self, names) -> dict[str, dict]:
+        """The cameras among `names` that a robot carries, by the model's body tree: name ->
+        {"robot": index, "arm": its arm, "wrist": whether on the arm's hand (robosuite's
+        robot0_eye_in_hand), not elsewhere on the robot (robot0_robotview)}. Scene cameras
+        (agentview) are left out."""
+        roots, hands = {}, {}
+        for i, robot in enumerate(self.env.robots):
+            model = robot.robot_model
+            roots[self._body(model.root_body)] = i
+            for side in robot.arms:
+                hands[self._body(model.eef_name[side])] = i
+        out = {}
+        for name in names:
+            cam = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, name)
+            if cam < 0:
+                continue
+            chain, body = [], int(self.model.cam_bodyid[cam])
+            while body > 0:  # up to the world body
+                chain.append(body)
+                body = int(self.model.body_parentid[body])
+            robot = next((roots[b] for b in chain if b in roots), None)
+            if robot is not None:
+                wrist = any(hands.get(b) == robot for b in chain)
+                out[name] = {"robot": robot, "arm": self.arms[robot], "wrist": wrist}
+        return out
+
+    def _body(self, name: str) -> int:
+        return mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
+
     # --- per-arm vectors ---------------------------------------------------------------
     def proprio(self) -> np.ndarray:
         """[9 * arms] float32: per arm (right first) eef position, quaternion xyzw, gripper."""
