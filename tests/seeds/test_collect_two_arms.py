@@ -16,6 +16,9 @@ from tests.conftest import SPECS, write_spec
 
 os.environ.setdefault("PYNPUT_BACKEND", "dummy")  # robosuite.devices imports pynput: no display
 
+# One TwoArmLift env for the collection (~5 s on 2 cores), another to restore its states.
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
 SPEC = SPECS / "two_arm_lift.yaml"
 HORIZON = 500  # a person lifts one side at a time: longer than the scripted seeds' 145 steps
 LIFT_STEP = 0.03  # metres a hand rises before the other one's turn
@@ -138,8 +141,6 @@ def collected(tmp_path_factory):
     return spec, out, devices[0]
 
 
-@pytest.mark.sim
-@pytest.mark.slow
 def test_two_arm_demo_is_robosuite_hdf5_naming_both_robots(collected):
     spec, out, device = collected
     with h5py.File(out) as f:
@@ -158,8 +159,6 @@ def test_two_arm_demo_is_robosuite_hdf5_naming_both_robots(collected):
     assert demo.robot == "Panda" and demo.actions.shape == actions.shape
 
 
-@pytest.mark.sim
-@pytest.mark.slow
 def test_the_inactive_arm_holds_still(collected):
     spec, out, device = collected
     with h5py.File(out) as f:
@@ -179,16 +178,15 @@ def test_the_inactive_arm_holds_still(collected):
 
     from demofactory.simulation.bimanual import TwoArmScene
 
-    scene = TwoArmScene(spec)
-    scene.set_state(np.asarray(h5py.File(out)["data/demo_1/states"][0]))
-    left_at_start = scene.eef_pose_of("left")[:3, 3]
     with h5py.File(out) as f:
-        scene.set_state(f["data/demo_1/states"][first_left])
+        states = f["data/demo_1/states"][()]
+    scene = TwoArmScene(spec)  # the left hand, not yet driven, where it started
+    scene.set_state(states[0])
+    left_at_start = scene.eef_pose_of("left")[:3, 3]
+    scene.set_state(states[first_left])
     assert np.linalg.norm(scene.eef_pose_of("left")[:3, 3] - left_at_start) < 0.01
 
 
-@pytest.mark.sim
-@pytest.mark.slow
 def test_recorded_states_restore_in_generations_scene(collected):
     """The states restore in the scene generation builds (not the collection env): the pot on
     the table and both hands open at the start, lifted in both hands at the end."""
@@ -208,8 +206,6 @@ def test_recorded_states_restore_in_generations_scene(collected):
     assert all(scene.holds_for(arm, "grasped(pot)") for arm in ("right", "left"))
 
 
-@pytest.mark.sim
-@pytest.mark.slow
 def test_annotate_cuts_the_collected_demo(collected, tmp_path, capsys):
     from demofactory.cli.main import main
 
