@@ -152,8 +152,10 @@ def held_grippers(env) -> list[dict[str, np.ndarray]]:
     """Per robot, the gripper command it holds while another robot is driven: open (what a
     device sends before its grasp is toggled) until the robot is driven itself.
 
-    robosuite's collect_human_demonstrations starts them at 0 (no change of the fingers, open
-    at reset); -1 is the same motion, and the recorded command then says the hand is open."""
+    robosuite's collect_human_demonstrations starts them at 0, which leaves the fingers where
+    the reset put them (a Panda's half open). -1 is what the device sends for a hand not yet
+    closed: the idle hand opens as it would once driven, and its recorded command says open,
+    as annotation and generation read gripper commands."""
     out = []
     for robot in env.robots:
         commands = {}
