@@ -39,11 +39,20 @@ _RULE = (210, 210, 210)
 
 @dataclass(frozen=True)
 class Camera:
-    """One camera of a dataset: frame size in pixels, and the size it is shown at."""
+    """One camera of a dataset: frame size in pixels, and the size it is shown at.
+
+    `carrier`: on a two-arm dataset, the part of a robot that carries the camera ("right
+    wrist"; `demofactory.build.preview.camera_carrier`); "" for a scene camera or one arm."""
 
     name: str
     width: int
     height: int
+    carrier: str = ""
+
+    @property
+    def title(self) -> str:
+        """The name over its column group: robosuite's camera name, then its carrier if any."""
+        return f"{self.name} ({self.carrier})" if self.carrier else self.name
 
     @property
     def display_size(self) -> tuple[int, int]:
@@ -172,7 +181,7 @@ def draw_sheet(
     draw.text((_MARGIN, _MARGIN), _fit(draw, title, font, text_width), fill=_TEXT, font=font)
     header_y = _MARGIN + layout.line_height + _ROW_GAP
     for c, camera in enumerate(layout.cameras):
-        label = f"{camera.name}  ({camera.width}x{camera.height})"
+        label = f"{camera.title}  ({camera.width}x{camera.height})"
         _centred(draw, label, font, layout.group_x[c], layout.group_width(c), header_y, _TEXT)
         for column, word in enumerate(SHEET_COLUMNS):
             x0, _, x1, _ = layout.cell_box(0, c, column)

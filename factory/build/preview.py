@@ -6,7 +6,9 @@
       -> per shard: one pass over its tar by the strict reader (demofactory.shards.tario), stopping
          after the last wanted episode
       -> a stream of (episode, camera, step, RGB image), decoded only for the steps wanted
-      -> contact_sheet.png: a row an episode, first / middle / last frame of each camera;
+      -> contact_sheet.png: a row an episode, first / middle / last frame of each camera
+         under its name (on a two-arm dataset, a camera a robot carries also names the arm:
+         "robot0_eye_in_hand (right wrist)", `camera_carrier`);
          the appearance variants of the first trajectory in adjacent rows, captioned
          "variant k" (drawn by demofactory.build.contact_sheet)
       -> e00000000_<camera>.mp4: every frame of one episode, one file a camera
@@ -236,7 +238,9 @@ def _cameras(path: Path, info: Mapping[str, Any]) -> tuple[Camera, ...]:
     cameras = []
     for i, entry in enumerate(info.get("cameras") or []):
         try:
-            camera = Camera(entry["name"], entry["width"], entry["height"])
+            camera = Camera(
+                entry["name"], entry["width"], entry["height"], camera_carrier(entry, info)
+            )
         except (KeyError, TypeError):
             raise UserError(
                 f"{path}: dataset_info.json: cameras[{i}] needs name, width, height; got {entry!r}"
@@ -248,6 +252,33 @@ def _cameras(path: Path, info: Mapping[str, Any]) -> tuple[Camera, ...]:
             )
         cameras.append(camera)
     return tuple(cameras)
+
+
+# robosuite names robot i's cameras robot<i>_<camera>; its hand camera is eye_in_hand
+_ROBOT_CAMERA = re.compile(r"^robot(\d+)_(.+)$")
+
+
+def camera_carrier(entry: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+    """What carries a camera of a two-arm dataset, for its label: "right wrist", "left arm";
+    "" for a scene camera, or on a one-arm dataset.
+
+    From the camera's `mount` in dataset_info.json (robot index, arm, wrist: found in the
+    model's body tree when the dataset was written). A two-arm dataset written before cameras
+    had a `mount` has only its embodiment's `arms` (robot 0's first): then robosuite's name
+    robot<i>_eye_in_hand is robot i's wrist camera, and its arms[i] names the arm."""
+    mount = entry.get("mount")
+    if isinstance(mount, Mapping) and isinstance(mount.get("arm"), str):
+        return f"{mount['arm']} {'wrist' if mount.get('wrist') else 'arm'}"
+    embodiments = info.get("embodiments")
+    first = next(iter(embodiments.values()), None) if isinstance(embodiments, Mapping) else None
+    arms = first.get("arms") if isinstance(first, Mapping) else None
+    match = _ROBOT_CAMERA.match(str(entry.get("name", "")))
+    if not isinstance(arms, list) or len(arms) < 2 or match is None:
+        return ""
+    robot = int(match[1])
+    if robot >= len(arms) or match[2] != "eye_in_hand":
+        return ""
+    return f"{arms[robot]} wrist"
 
 
 def _pick_episode(dataset: _Dataset, episode: int | None) -> EpisodeRecord:

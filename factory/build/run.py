@@ -206,6 +206,20 @@ def _arm_embodiments(spec: SceneSpec, info: dict, state_layout: list) -> dict:
     return info
 
 
+def add_camera_mounts(info: dict, scene) -> dict:
+    """`info` with each camera a robot of a two-arm scene carries marked `mount` (robot index,
+    arm, whether on its wrist: `TwoArmScene.camera_mounts`), as `factory preview` labels it;
+    a one-arm dataset's cameras as they were."""
+    mounts = getattr(scene, "camera_mounts", None)
+    if mounts is None:
+        return info
+    found = mounts([camera["name"] for camera in info["cameras"]])
+    for camera in info["cameras"]:
+        if camera["name"] in found:
+            camera["mount"] = found[camera["name"]]
+    return info
+
+
 def _version(pkg: str) -> str:
     try:
         return metadata.version(pkg)
@@ -449,7 +463,8 @@ def _run_locked(
     shards_dir(out_dir).mkdir(exist_ok=True)
     _remove_stale_temporaries(out_dir)
     robots = resolved.robots or {spec.task.robot: resolved}  # each robot's state size and sign
-    save_dataset_info(out_dir, dataset_info(spec, resolved.scene.state_size, robots))
+    info = dataset_info(spec, resolved.scene.state_size, robots)
+    save_dataset_info(out_dir, add_camera_mounts(info, resolved.scene))
     bank = spec.appearance.textures.bank if spec.appearance.textures is not None else None
     if bank is not None:  # once per dataset, before any worker needs it; reused when complete
         params = texture_bank_params(bank)

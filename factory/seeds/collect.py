@@ -10,8 +10,17 @@
       ──► robosuite's raw collection hdf5: data/demo_N/{states, actions} + model_file, the
           env_info robosuite's own collection script writes; a temporary name, then renamed
 
-Keyboard controls (robosuite's): w/s/a/d/r/f move, z/x/t/g/c/v rotate, space toggles the gripper,
-q drops the demo and resets. Tests pass a scripted `Device` subclass instead (no display).
+Two arms (`task.two_arm`): the env holds a pair of task.robot in the spec's env_configuration,
+and the device drives one of them at a time, `device.active_robot` (robosuite's keyboard and
+SpaceMouse switch it with `=`). As robosuite's collect_human_demonstrations builds it, the
+action [14] is each robot's action vector, robot 0 (right) first: the active robot's from the
+device, every other robot's holding still (no arm motion, its last gripper command)
+(`two_arm_action`).
+
+Keyboard controls (robosuite 1.5's `Keyboard`): the arrow keys move in the table's plane, `.` and
+`;` down and up, `e`/`r`, `y`/`h`, `o`/`p` rotate (roll, pitch, yaw), space toggles the gripper,
+`=` switches the active robot (two arms), q drops the demo and resets. Tests pass a scripted
+`Device` subclass instead (no display).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import numpy as np
 from demofactory.errors import UserError
 from demofactory.robots import repairs as robot_repairs
 from demofactory.seeds.script import check_output, env_info
+from demofactory.simulation.bimanual import TwoArmScene
 from demofactory.simulation.scene import Scene
 from demofactory.specs.spec import SceneSpec
 
@@ -62,9 +72,12 @@ def make_collect_env(spec: SceneSpec, viewer: bool):
 
     robot_repairs.require_installed()  # the hands and arms generation builds (make_env)
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
+    pair = {}
+    if spec.task.two_arm is not None:  # a pair of task.robot, as generation builds it (make_env)
+        pair = {"env_configuration": spec.task.two_arm.configuration}
     return robosuite.make(
         spec.task.env,
-        robots=spec.task.robot,
+        robots=spec.task.robot if spec.task.two_arm is None else [spec.task.robot] * 2,
         controller_configs=controller,
         has_renderer=viewer,
         has_offscreen_renderer=False,
@@ -76,6 +89,7 @@ def make_collect_env(spec: SceneSpec, viewer: bool):
         hard_reset=False,
         seed=spec.seed,
         **env_kwargs(spec, layout="random"),
+        **pair,
     )
 
 
@@ -94,32 +108,90 @@ def make_device(kind: str, env):
 
 
 def record_demo(scene: Scene, device, viewer: bool) -> tuple[np.ndarray, np.ndarray] | None:
-    """One teleoperated demo from a fresh reset: (states [T, N], actions [T, 7]) float64, or None
-    when the device reset or the horizon came before the success held."""
+    """One teleoperated demo from a fresh reset: (states [T, N], actions [T, 7]; [T, 14] on two
+    arms, right first) float64, or None when the device reset or the horizon came before the
+    success held."""
     env = scene.env
     env.reset()
+    two_arms = isinstance(scene, TwoArmScene)
+    if two_arms:
+        scene.rebind_arms()  # robosuite's reset rebuilt the controllers
     scene.mark_start()
     robot = env.robots[0]
     device.start_control()
+    grippers = held_grippers(env) if two_arms else None
     states, actions, held = [], [], 0
     for _ in range(scene.spec.task.horizon):
+        active = device.active_robot  # the robot input2action reads it for (a key may switch it)
         inputs = device.input2action()
         if inputs is None:
             return None
-        arm = robot.arms[0]
-        inputs = dict(inputs)
-        inputs[arm] = inputs[f"{arm}_delta"]
-        action = robot.create_action_vector(inputs)
+        if two_arms:
+            action = two_arm_action(env, active, inputs, grippers)
+        else:
+            arm = robot.arms[0]
+            inputs = dict(inputs)
+            inputs[arm] = inputs[f"{arm}_delta"]
+            action = robot.create_action_vector(inputs)
         states.append(scene.get_state())
         actions.append(np.asarray(action, dtype=np.float64))
         env.step(action)
-        scene.gripper_closed = bool(action[-1] * scene.gripper_sign > 0)
+        if two_arms:
+            scene.note_grippers(action)
+        else:
+            scene.gripper_closed = bool(action[-1] * scene.gripper_sign > 0)
         if viewer:
             env.render()
         held = held + 1 if scene.success() else 0
         if held >= HOLD_STEPS:
             return np.stack(states), np.stack(actions)
     return None
+
+
+def held_grippers(env) -> list[dict[str, np.ndarray]]:
+    """Per robot, the gripper command it holds while another robot is driven: open (what a
+    device sends before its grasp is toggled) until the robot is driven itself.
+
+    robosuite's collect_human_demonstrations starts them at 0, which leaves the fingers where
+    the reset put them (a Panda's half open). -1 is what the device sends for a hand not yet
+    closed: the idle hand opens as it would once driven, and its recorded command says open,
+    as annotation and generation read gripper commands."""
+    out = []
+    for robot in env.robots:
+        commands = {}
+        for arm in robot.arms:
+            gripper = robot.gripper[arm]
+            if gripper.dof == 0:
+                continue
+            grasp_qpos = getattr(gripper, "grasp_qpos", None)
+            commands[f"{arm}_gripper"] = (
+                np.asarray(grasp_qpos[-1], dtype=np.float64)
+                if grasp_qpos is not None
+                else np.full(gripper.dof, -1.0)
+            )
+        out.append(commands)
+    return out
+
+
+def two_arm_action(env, active: int, inputs: dict, grippers: list[dict]) -> np.ndarray:
+    """The env's whole action [robots x 7] from the active robot's `input2action` dict.
+
+    As robosuite's collect_human_demonstrations: the active robot's action vector from the
+    device's delta inputs, every other robot's from its held gripper command alone (zero arm
+    deltas: its OSC goal stays where it is); the active robot's gripper command becomes the one
+    it holds afterwards. `grippers` (`held_grippers`) is updated in place."""
+    parts = []
+    for i, robot in enumerate(env.robots):
+        if i != active:
+            parts.append(robot.create_action_vector(grippers[i]))
+            continue
+        driven = dict(inputs)
+        for arm in robot.arms:
+            driven[arm] = driven[f"{arm}_delta"]
+        parts.append(robot.create_action_vector(driven))
+        for key in grippers[i]:
+            grippers[i][key] = np.asarray(driven[key], dtype=np.float64)
+    return np.concatenate(parts)
 
 
 def collect(
@@ -138,7 +210,7 @@ def collect(
     if viewer:
         check_display()
     env = make_collect_env(spec, viewer)
-    scene = Scene(spec, env=env)
+    scene = TwoArmScene(spec, env=env) if spec.task.two_arm is not None else Scene(spec, env=env)
     device = device_factory(env)
     kept, tries = [], 0
     while len(kept) < demos:

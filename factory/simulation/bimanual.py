@@ -114,6 +114,35 @@ class TwoArmScene(Scene):
         with self.arm(arm):
             return self.controller_limits()
 
+    def camera_mounts(self, names) -> dict[str, dict]:
+        """The cameras among `names` that a robot carries, by the model's body tree: name ->
+        {"robot": index, "arm": its arm, "wrist": whether on the arm's hand (robosuite's
+        robot0_eye_in_hand), not elsewhere on the robot (robot0_robotview)}. Scene cameras
+        (agentview) are left out."""
+        roots, hands = {}, {}
+        for i, robot in enumerate(self.env.robots):
+            model = robot.robot_model
+            roots[self._body(model.root_body)] = i
+            for side in robot.arms:
+                hands[self._body(model.eef_name[side])] = i
+        out = {}
+        for name in names:
+            cam = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, name)
+            if cam < 0:
+                continue
+            chain, body = [], int(self.model.cam_bodyid[cam])
+            while body > 0:  # up to the world body
+                chain.append(body)
+                body = int(self.model.body_parentid[body])
+            robot = next((roots[b] for b in chain if b in roots), None)
+            if robot is not None:
+                wrist = any(hands.get(b) == robot for b in chain)
+                out[name] = {"robot": robot, "arm": self.arms[robot], "wrist": wrist}
+        return out
+
+    def _body(self, name: str) -> int:
+        return mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
+
     # --- per-arm vectors ---------------------------------------------------------------
     def proprio(self) -> np.ndarray:
         """[9 * arms] float32: per arm (right first) eef position, quaternion xyzw, gripper."""
@@ -137,16 +166,26 @@ class TwoArmScene(Scene):
             self.env.step(action)
         if getattr(self, "_parts", None) is None:  # the probe, while Scene.__init__ runs
             return
+        self.note_grippers(action)
+
+    def note_grippers(self, action: np.ndarray) -> None:
+        """Take each arm's gripper command in a [7 * arms] action as stepped (by `step`, or by
+        robosuite's env.step under teleoperation): whether each hand is commanded closed."""
         for i, arm in enumerate(self.arms):
             self._closed[arm] = bool(action[(i + 1) * ARM_ACTION - 1] * self.gripper_sign > 0)
         self.gripper_closed = self._closed[self.current_arm]
 
     def reset(self, fixtures=None) -> None:
         super().reset(fixtures)
-        if getattr(self, "_parts", None):  # robosuite rebuilt the arm controllers: rebind
-            self._parts = {arm: self._arm_parts(i) for i, arm in enumerate(self.arms)}
-            self._closed = dict.fromkeys(self.arms)
-            self.use_arm(self.current_arm)
+        if getattr(self, "_parts", None):
+            self.rebind_arms()
+
+    def rebind_arms(self) -> None:
+        """After robosuite's env.reset (which rebuilds the arm controllers): each arm's handles
+        again, no gripper command known."""
+        self._parts = {arm: self._arm_parts(i) for i, arm in enumerate(self.arms)}
+        self._closed = dict.fromkeys(self.arms)
+        self.use_arm(self.current_arm)
 
     @property
     def action_dim(self) -> int:

@@ -161,3 +161,20 @@ def test_an_attempt_is_the_same_through_the_fast_loop_and_env_step(resolved, lif
     assert other.provenance == lift_attempt.provenance
     assert np.array_equal(other.actions, lift_attempt.actions)
     np.testing.assert_allclose(other.states, lift_attempt.states, rtol=0, atol=1e-9)
+
+
+def test_cameras_a_robot_carries_are_found_in_the_body_tree(resolved):
+    """Each robot's cameras by the model (robot index, arm, wrist), as dataset_info.json's
+    `mount` records them for `factory preview`'s labels; scene cameras get none."""
+    from demofactory.build.run import add_camera_mounts, dataset_info
+
+    scene = resolved.scene
+    names = ["agentview", "robot0_eye_in_hand", "robot1_eye_in_hand", "robot1_robotview"]
+    assert scene.camera_mounts([*names, "no_such_camera"]) == {
+        "robot0_eye_in_hand": {"robot": 0, "arm": "right", "wrist": True},
+        "robot1_eye_in_hand": {"robot": 1, "arm": "left", "wrist": True},
+        "robot1_robotview": {"robot": 1, "arm": "left", "wrist": False},
+    }
+    img = load_spec(SPEC.with_name("two_arm_lift_img.yaml"))
+    info = add_camera_mounts(dataset_info(img, scene.state_size), scene)
+    assert [c.get("mount", {}).get("arm") for c in info["cameras"]] == [None, "right", "left"]

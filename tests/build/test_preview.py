@@ -5,6 +5,7 @@ which episode, step and camera they are, read back from the PNG and the mp4s."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import imageio.v2 as imageio
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from demofactory.build.preview import (
     Camera,
+    camera_carrier,
     make_sheet_layout,
     preview,
     sheet_steps,
@@ -39,6 +41,7 @@ EPISODES = ((3, 0, 5), (7, 0, 8), (12, 1, 3))
 # The sheet's first, middle (length // 2) and last step of each episode, worked out by hand.
 SHEET_STEPS = {3: (0, 2, 4), 7: (0, 4, 7), 12: (0, 1, 2)}
 BLUE = {"scene": 40, "hand": 200, "odd": 120}
+BLUE.update({"agentview": 60, "robot0_eye_in_hand": 160, "robot1_eye_in_hand": 230})
 
 
 def colour(index: int, step: int, camera: str) -> tuple[int, int, int]:
@@ -227,3 +230,81 @@ def test_missing_dataset_raises_user_error(tmp_path):
         preview(tmp_path / "nowhere")
     with pytest.raises(UserError, match="no such dataset directory"):
         write_contact_sheet(tmp_path / "nowhere", tmp_path / "s.png")
+
+
+# --- two arms: wrist cameras labelled by the arm that carries them ---------------------------
+
+TWO_ARM_CAMERAS = {
+    "agentview": (32, 32),
+    "robot0_eye_in_hand": (32, 32),
+    "robot1_eye_in_hand": (32, 32),
+}
+# dataset_info.json's embodiment of a two-arm dataset (demofactory.build.run): robot 0 first
+PAIR = {"Panda": {"arms": ["right", "left"], "env_configuration": "parallel"}}
+
+
+def _mount(robot: int, arm: str, wrist: bool = True) -> dict:
+    return {"robot": robot, "arm": arm, "wrist": wrist}
+
+
+@pytest.mark.parametrize(
+    "entry, embodiments, carrier",
+    [
+        ({"name": "robot0_eye_in_hand", "mount": _mount(0, "right")}, PAIR, "right wrist"),
+        ({"name": "robot1_eye_in_hand", "mount": _mount(1, "left")}, PAIR, "left wrist"),
+        ({"name": "robot1_robotview", "mount": _mount(1, "left", False)}, PAIR, "left arm"),
+        # the metadata, not the name, says which arm (a mount naming another arm wins)
+        ({"name": "robot0_eye_in_hand", "mount": _mount(0, "left")}, PAIR, "left wrist"),
+        ({"name": "agentview"}, PAIR, ""),
+        # written before cameras had a mount: the embodiment's arms, by robosuite's robot index
+        ({"name": "robot1_eye_in_hand"}, PAIR, "left wrist"),
+        ({"name": "robot0_robotview"}, PAIR, ""),
+        ({"name": "robot2_eye_in_hand"}, PAIR, ""),
+        # one arm: robosuite's names as they are
+        ({"name": "robot0_eye_in_hand"}, {"Panda": {}}, ""),
+        ({"name": "robot0_eye_in_hand"}, None, ""),
+    ],
+)
+def test_camera_carrier_comes_from_the_dataset_metadata(entry, embodiments, carrier):
+    info = {} if embodiments is None else {"embodiments": embodiments}
+    assert camera_carrier(entry, info) == carrier
+    title = Camera(entry["name"], 32, 32, carrier).title
+    assert title == (f"{entry['name']} ({carrier})" if carrier else entry["name"])
+
+
+def _two_arm_dataset(root: Path, mounts: bool) -> Path:
+    """The tiny dataset with a two-arm dataset's cameras; `mounts`: its dataset_info.json as
+    `factory run` writes a two-arm one (embodiment arms, each wrist camera's mount), else as a
+    one-arm dataset's (no arms, no mounts)."""
+    data = make_dataset(root, cameras=TWO_ARM_CAMERAS, episodes=((0, 0, 3),))
+    info = json.loads((data / "dataset_info.json").read_text())
+    if mounts:
+        info["embodiments"] = PAIR
+        for i, arm in enumerate(("right", "left")):
+            info["cameras"][1 + i]["mount"] = _mount(i, arm)
+    save_dataset_info(data, info)
+    return data
+
+
+def test_contact_sheet_labels_wrist_cameras_by_arm(tmp_path):
+    """The same frames, with and without the two-arm metadata: only the wrist cameras' labels
+    differ (their column groups' header); the front view's label and every frame are the same."""
+    two = np.asarray(
+        Image.open(
+            write_contact_sheet(_two_arm_dataset(tmp_path / "two", True), tmp_path / "a.png")
+        )
+    )
+    one = np.asarray(
+        Image.open(
+            write_contact_sheet(_two_arm_dataset(tmp_path / "one", False), tmp_path / "b.png")
+        )
+    )
+    assert two.shape == one.shape
+    layout = make_sheet_layout([Camera(n, w, h) for n, (w, h) in TWO_ARM_CAMERAS.items()], rows=1)
+    header = slice(0, layout.first_row_y)  # the title (the same on both), the labels
+    for c, name in enumerate(TWO_ARM_CAMERAS):
+        group = slice(layout.group_x[c], layout.group_x[c] + layout.group_width(c))
+        differs = not np.array_equal(two[header, group], one[header, group])
+        assert differs == (name != "agentview"), name
+    rows = slice(layout.first_row_y, None)
+    assert np.array_equal(two[rows], one[rows])

@@ -59,3 +59,21 @@ def test_gr00t_splits_state_and_action_into_arm_and_hand_parts(two_arm_dataset, 
     assert [action[f"{arm}_arm"]["absolute"] for arm in ("right", "left")] == [False, False]
     assert [action[f"{arm}_hand"]["absolute"] for arm in ("right", "left")] == [True, True]
     assert set(WRISTS) <= set(modality["video"])
+
+
+def test_preview_labels_each_wrist_camera_by_its_arm(two_arm_dataset, tmp_path):
+    from demofactory.build.preview import _load_dataset, write_contact_sheet
+
+    cameras = json.loads((two_arm_dataset / "dataset_info.json").read_text())["cameras"]
+    assert [c.get("mount") for c in cameras] == [
+        None,
+        {"robot": 0, "arm": "right", "wrist": True},
+        {"robot": 1, "arm": "left", "wrist": True},
+    ]
+    titles = [camera.title for camera in _load_dataset(two_arm_dataset).cameras]
+    assert titles == [
+        "agentview",
+        "robot0_eye_in_hand (right wrist)",
+        "robot1_eye_in_hand (left wrist)",
+    ]
+    assert write_contact_sheet(two_arm_dataset, tmp_path / "sheet.png").exists()
