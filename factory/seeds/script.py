@@ -86,21 +86,28 @@ def yaw_of(rot: np.ndarray) -> float:
     return float(np.arctan2(rot[1, 0], rot[0, 0]))
 
 
-def nearer_half_turn(rot: np.ndarray) -> np.ndarray:
+def nearer_half_turn(rot: np.ndarray, home: np.ndarray = TOP_DOWN) -> np.ndarray:
     """Of `rot` and `rot` turned half about its own z (the same parallel-gripper grasp), the one
-    whose rotation from the top-down home orientation is smaller: no needless wrist turns."""
+    whose rotation from the top-down home orientation is smaller: no needless wrist turns.
+
+    home: the arm's top-down home orientation; `TOP_DOWN` for a robot facing +x, turned with the
+    robot's base otherwise (robosuite's `opposed` pairs face +y and -y)."""
     flipped = rot @ np.diag([-1.0, -1.0, 1.0])
-    angle = [np.linalg.norm(mat_to_axis_angle(TOP_DOWN.T @ r)) for r in (rot, flipped)]
+    angle = [np.linalg.norm(mat_to_axis_angle(home.T @ r)) for r in (rot, flipped)]
     return flipped if angle[1] < angle[0] - 1e-9 else rot
 
 
 def waypoint_target(
-    point: WaypointSpec, object_pose: np.ndarray | None, previous: np.ndarray
+    point: WaypointSpec,
+    object_pose: np.ndarray | None,
+    previous: np.ndarray,
+    home: np.ndarray = TOP_DOWN,
 ) -> np.ndarray:
     """[4, 4] world target of a waypoint.
 
     object_pose: the `relative_to` object's pose now ([4, 4]; None when the waypoint has none).
     previous: the previous target (the robot's pose before the first waypoint).
+    home: the arm's top-down home orientation (`nearer_half_turn`).
     """
     if point.relative_to is None:
         target = previous.copy()
@@ -118,7 +125,7 @@ def waypoint_target(
     pos = object_pose[:3, 3] + frame @ turn @ np.asarray(point.pos, dtype=np.float64)
     rot = frame @ turn @ rpy_to_mat(point.rot) @ TOP_DOWN
     if point.orientation != "object":
-        rot = nearer_half_turn(rot)
+        rot = nearer_half_turn(rot, home)
     return make_pose(pos, rot)
 
 
@@ -177,10 +184,11 @@ def _arm_plan(scene, arm: str, points: list[WaypointSpec]):
     the object's pose then, as `run_waypoints` does), interpolated, closed loop; then held."""
     max_dpos, max_drot, frame = scene.controller_limits_of(arm)
     previous = scene.eef_pose_of(arm)
+    home = scene.base_rotation_of(arm) @ TOP_DOWN
     grip = GRIPPER_ACTION["open"] * scene.gripper_sign
     for point in points:
         obj = scene.object_pose(point.relative_to) if point.relative_to is not None else None
-        target = waypoint_target(point, obj, previous)
+        target = waypoint_target(point, obj, previous, home)
         grip = GRIPPER_ACTION[point.gripper] * scene.gripper_sign
         for pose in interpolate_poses(previous, target, point.steps):
             now = scene.eef_pose_of(arm)

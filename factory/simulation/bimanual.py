@@ -101,6 +101,13 @@ class TwoArmScene(Scene):
         finally:
             self.use_arm(before)
 
+    def base_rotation_of(self, arm: str) -> np.ndarray:
+        """[3, 3] world rotation of the base of the robot carrying `arm` (identity for robots
+        facing +x; robosuite's `opposed` pair faces +y and -y)."""
+        robot = self.env.robots[self.arms.index(arm)]
+        body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, robot.robot_model.root_body)
+        return self.data.xmat[body].reshape(3, 3).copy()
+
     def eef_pose_of(self, arm: str) -> np.ndarray:
         with self.arm(arm):
             return self.eef_pose()

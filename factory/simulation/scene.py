@@ -372,19 +372,26 @@ class Scene:
         for _ in range(rounds):
             moved = False
             contact = self.data.contact
-            shifts: dict[int, np.ndarray] = {}
+            # The deepest contact of each pair of bodies: a box on a box touches at up to 8
+            # points with one normal, and summing them would push the pair 8 times too far (a
+            # lid resting 4 mm into its bin's walls threw the bin off the table).
+            deepest: dict[tuple[int, int], int] = {}
             for k in range(self.data.ncon):
                 dist = float(contact.dist[k])
                 if dist >= -depth:
                     continue
                 b1 = int(self.model.geom_bodyid[contact.geom1[k]])
                 b2 = int(self.model.geom_bodyid[contact.geom2[k]])
-                free1, free2 = b1 in named, b2 in named
-                if not (free1 or free2) or self._robot_body(b1) or self._robot_body(b2):
+                if not (b1 in named or b2 in named) or self._robot_body(b1) or self._robot_body(b2):
                     continue
+                if (b1, b2) not in deepest or dist < float(contact.dist[deepest[b1, b2]]):
+                    deepest[b1, b2] = k
+            shifts: dict[int, np.ndarray] = {}
+            for (b1, b2), k in deepest.items():
+                free1, free2 = b1 in named, b2 in named
                 normal = np.array(contact.frame[k][:3])  # from geom1 towards geom2
                 share = 0.5 if free1 and free2 else 1.0
-                push = normal * (-dist) * share
+                push = normal * (-float(contact.dist[k])) * share
                 if free2:
                     shifts[b2] = shifts.get(b2, np.zeros(3)) + push
                 if free1:
