@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     config = TrainEvalConfig(**{"rollouts": args.rollouts, **json.loads(args.config)})
     spec = load_spec(args.spec)
-    if spec.task.two_arm is None:
-        raise SystemExit(f"--spec {args.spec}: not a two-arm spec (no task.two_arm)")
+    if spec.task.two_arm is None:  # one line, exit 2, as the CLI refuses bad input
+        print(f"error: --spec {args.spec}: not a two-arm spec (no task.two_arm)", file=sys.stderr)
+        raise SystemExit(2)
     data = args.data or spec.output_dir()
     if not (data / "manifest.json").is_file():
         make = f".venv/bin/factory run {args.spec} --out {data} --attempts 200 --workers 1"

@@ -166,3 +166,12 @@ def test_flags_a_two_arm_task_does_not_take_are_one_line(flag, two_arm_spec, two
     assert main(["train-eval", str(seeds), "--spec", str(two_arm_spec), *flag, "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag[0] in err[0] and "two-arm" in err[0], err
+
+
+@pytest.mark.sim
+def test_a_two_arm_dataset_with_a_one_arm_spec_is_one_line(two_arm_seeds, tmp_path, capsys):
+    seeds, _ = two_arm_seeds
+    one_arm = write_spec(tmp_path / "lift_lowdim.yaml", base="lift_lowdim.yaml")
+    assert main(["train-eval", str(seeds), "--spec", str(one_arm), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--spec" in err[0] and "TwoArmLift" in err[0], err
