@@ -57,9 +57,8 @@ SEED_DERIVATION = (
 @dataclass(frozen=True)
 class TrainingData:
     """A dataset held in memory: obs [N, D] float32, chunks [N, H, A] float32 (A = 7 per arm),
-    masks [N, H] bool,
-    episode [N] int64 (global episode index of each step, steps of an episode adjacent and in
-    order)."""
+    masks [N, H] bool, episode [N] int64 (global episode index of each step, steps of an episode
+    adjacent and in order)."""
 
     obs: np.ndarray
     chunks: np.ndarray
