@@ -2,9 +2,10 @@
 
     factory seeds scene_specs/lift_lowdim.yaml --out out/lift-seeds
 
-    seed demo hdf5 (states [T, N], actions [T, 7]) ──► restore each state in the spec's Scene
-        ──► proprio [T, 9] (eef pos, eef quat xyzw, gripper qpos), sim_state [T, N],
-            the spec's cameras
+    seed demo hdf5 (states [T, N], actions [T, 7]; two arms: [T, 14]) ──► restore each state
+        in the spec's Scene (a TwoArmScene for task.two_arm)
+        ──► proprio [T, 9] (eef pos, eef quat xyzw, gripper qpos; two arms: [T, 18], right
+            first), sim_state [T, N], the spec's cameras
         ──► Episode ──► write_shard (one shard)
         ──► dataset_info, episodes.jsonl, stats.json, manifest.json
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from demofactory.build.output_dir import LOCK_FILENAME
-from demofactory.build.run import dataset_info, lock_output_dir
+from demofactory.build.run import add_camera_mounts, dataset_info, lock_output_dir
 from demofactory.errors import SpecError, UserError
 from demofactory.generators.records import SeedDemo
 from demofactory.seeds.demos import load_seed_demos
@@ -74,7 +75,12 @@ def check_one_robot(spec) -> None:
             "factory seeds writes the seed demos as recorded, by one robot; expected a spec with "
             "task.robot (the robot that recorded them) and no task.robots",
         )
-    demos = [d for path in spec.seed_demos for d in load_seed_demos(spec.resolve_path(path))]
+    if spec.task.two_arm is not None:  # a pair of task.robot: both arms' columns checked
+        from demofactory.seeds.annotate_bimanual import load_two_arm_demos
+
+        demos = load_two_arm_demos(spec)
+    else:
+        demos = [d for path in spec.seed_demos for d in load_seed_demos(spec.resolve_path(path))]
     check_recording_robot(spec, demos)
 
 
@@ -102,7 +108,8 @@ def check_recording_robot(spec, demos) -> None:
 def seed_episode(scene: Scene, renderer: FrameRenderer, demo: SeedDemo, index: int) -> Episode:
     """Replay one seed demo's states in `scene`: proprio, sim states per step, frames per camera."""
     scene.reset(demo.fixture_poses)
-    proprio = np.empty((demo.length, 9), dtype=np.float32)
+    # [T, 9], or [T, 18] on two arms (demofactory.simulation.bimanual: right, then left)
+    proprio = np.empty((demo.length, len(scene.proprio())), dtype=np.float32)
     sim_states = np.empty((demo.length, scene.state_size), dtype=np.float64)
     for t, state in enumerate(demo.states):
         scene.set_state(state)
@@ -149,7 +156,7 @@ def write_seed_dataset(resolved: Resolved, out_dir: Path) -> dict:
 
 def _write_locked(spec, scene, resolved: Resolved, out_dir: Path) -> dict:
     shards_dir(out_dir).mkdir(parents=True, exist_ok=True)
-    info = dataset_info(spec, scene.state_size)
+    info = add_camera_mounts(dataset_info(spec, scene.state_size), scene)  # two arms: wrists
     info["source"] = SOURCE_MARK
     save_dataset_info(out_dir, info)
     renderer = FrameRenderer(scene, spec.cameras, spec.render)

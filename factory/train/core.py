@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,8 @@ from demofactory.specs.adapters import placement_params
 from demofactory.specs.spec import CameraSpec
 from demofactory.train.config import TrainEvalConfig
 from demofactory.train.policy import (
+    ACTION_DIM,
+    PROPRIO_DIM,
     ChunkPolicy,
     ObsLayout,
     ensemble,
@@ -53,9 +56,9 @@ SEED_DERIVATION = (
 
 @dataclass(frozen=True)
 class TrainingData:
-    """A dataset held in memory: obs [N, D] float32, chunks [N, H, 7] float32, masks [N, H] bool,
-    episode [N] int64 (global episode index of each step, steps of an episode adjacent and in
-    order)."""
+    """A dataset held in memory: obs [N, D] float32, chunks [N, H, A] float32 (A = 7 per arm),
+    masks [N, H] bool, episode [N] int64 (global episode index of each step, steps of an episode
+    adjacent and in order)."""
 
     obs: np.ndarray
     chunks: np.ndarray
@@ -171,24 +174,28 @@ def load_training_data(
 
 def idle_steps(data: TrainingData, window: int, distance: float) -> np.ndarray:
     """[N] bool: steps after which, for `window` steps of the same episode, nothing moves
-    (see drop_idle).
+    (see drop_idle): no arm moves, when the actions are of several arms (7 each).
 
-    Uses the observation's proprio part (eef position, dims 0..2; finger joints, dims 7..8) and
-    each step's own gripper command (the chunk's first action, last dim).
+    Uses the observation's proprio part (per arm a, at 9a: eef position, dims 0..2; finger
+    joints, dims 7..8) and each step's own gripper commands (the chunk's first action, the last
+    of each arm's 7).
     """
     n = len(data.obs)
-    eef, fingers, closed = data.obs[:, :3], data.obs[:, 7:9], data.chunks[:, 0, -1] > 0
     idle = np.ones(n, dtype=bool)
-    for k in range(1, window + 1):  # compare step t with t + k, when t + k is in the same episode
-        same = np.zeros(n, dtype=bool)
-        same[: n - k] = data.episode[k:] == data.episode[: n - k]
-        later = np.minimum(np.arange(n) + k, n - 1)
-        still = (
-            (np.linalg.norm(eef[later] - eef, axis=1) < distance)
-            & (np.abs(fingers[later] - fingers).max(axis=1) < 1e-3)
-            & (closed[later] == closed)
-        )
-        idle &= still | ~same
+    for arm in range(data.chunks.shape[-1] // ACTION_DIM):
+        p = arm * PROPRIO_DIM
+        eef, fingers = data.obs[:, p : p + 3], data.obs[:, p + 7 : p + 9]
+        closed = data.chunks[:, 0, (arm + 1) * ACTION_DIM - 1] > 0
+        for k in range(1, window + 1):  # step t against t + k, when in the same episode
+            same = np.zeros(n, dtype=bool)
+            same[: n - k] = data.episode[k:] == data.episode[: n - k]
+            later = np.minimum(np.arange(n) + k, n - 1)
+            still = (
+                (np.linalg.norm(eef[later] - eef, axis=1) < distance)
+                & (np.abs(fingers[later] - fingers).max(axis=1) < 1e-3)
+                & (closed[later] == closed)
+            )
+            idle &= still | ~same
     return idle
 
 
@@ -205,7 +212,12 @@ def train_policy(
     gen = torch.Generator().manual_seed(config.seed)
     image_shape = None if data.images is None else data.images.shape[1:]
     policy = ChunkPolicy(
-        data.obs.shape[1], config.horizon, config.hidden, config.layers, image_shape=image_shape
+        data.obs.shape[1],
+        config.horizon,
+        config.hidden,
+        config.layers,
+        action_dim=data.chunks.shape[-1],  # 7 a robot arm: 14 for a two-arm dataset
+        image_shape=image_shape,
     )
     policy.set_normalization(mean_std(data.obs), mean_std(data.chunks[:, 0]))
     with torch.no_grad():
@@ -309,7 +321,7 @@ def run_rollout(
     predictions: list[tuple[int, np.ndarray]] = []
     streak, plan, plan_start = 0, None, 0
     # progress: which subtask checks ever held
-    pending = [s.ends_when for s in spec.subtasks if s.ends_when]
+    pending = progress_checks(scene)
     reached: list[str] = []
 
     def predict(t: int) -> np.ndarray:
@@ -335,9 +347,9 @@ def run_rollout(
                 "placement": placement.to_json(),
                 "reason": "simulator unstable",
             }
-        for predicate in [p for p in pending if scene.holds(p)]:
-            pending.remove(predicate)
-            reached.append(predicate)
+        for label, holds in [c for c in pending if c[1]()]:
+            pending.remove((label, holds))
+            reached.append(label)
         streak = streak + 1 if scene.success() else 0
         if streak >= hold:
             return {
@@ -354,6 +366,17 @@ def run_rollout(
         "reached": reached,
         "placement": placement.to_json(),
     }
+
+
+def progress_checks(scene: Scene) -> list[tuple[str, Callable[[], bool]]]:
+    """The subtasks' end predicates as (label, check) pairs, in spec order: on a two-arm scene
+    each checked with its subtask's arm as the hand and labelled `arm:predicate`."""
+    subtasks = [s for s in scene.spec.subtasks if s.ends_when]
+    if scene.spec.task.two_arm is None:
+        return [(s.ends_when, partial(scene.holds, s.ends_when)) for s in subtasks]
+    return [
+        (f"{s.arm}:{s.ends_when}", partial(scene.holds_for, s.arm, s.ends_when)) for s in subtasks
+    ]
 
 
 def evaluate(
@@ -415,6 +438,8 @@ def make_report(
         "dataset_source": info.get("source", "generated"),
         "spec": str(resolved.spec.path),
         "env": resolved.spec.task.env,
+        "arms": list(layout.arms) or None,  # a two-arm task's arms, right first (None: one arm)
+        "action_dim": policy.action_dim,
         "episodes": len(data.episodes),
         "steps": data.steps,
         "observation": {

@@ -1,17 +1,18 @@
 """A small behaviour-cloning policy: low-dimensional observations -> a chunk of future actions.
 
-    proprio [9] (eef pos, eef quat xyzw, gripper qpos)  ─┐
-    sim_state [N] (time, qpos, qvel) ─► object poses ────┴─► observation [D] ─► normalize
-        ─► MLP ─► normalized action chunk [H, 7] ─► unnormalize
-        ─► delta OSC actions, gripper in {-1, 1}
+    proprio [9 * arms] (per arm: eef pos, eef quat xyzw, gripper qpos)  ─┐
+    sim_state [N] (time, qpos, qvel) ─► object poses ─────────────────────┴─► observation [D]
+        ─► normalize ─► MLP ─► normalized action chunk [H, 7 * arms] ─► unnormalize
+        ─► delta OSC actions, each arm's gripper in {-1, 1}
 
 The observation per object: position (3, m, world frame), quaternion (4, wxyz,
-sign chosen so that w >= 0), position relative to the end effector (3, m); then
-for each pair of objects their relative position (3, m); optionally the time step
-t times a scale (1 / the task horizon), last. Object poses are read
+sign chosen so that w >= 0), position relative to each arm's end effector (3 per
+arm, m); then for each pair of objects their relative position (3, m); optionally
+the time step t times a scale (1 / the task horizon), last. Object poses are read
 straight from the free joints' qpos in the stored MuJoCo state (no mj_forward),
 so the same function serves training (on stored states) and rollouts (on the
-live state).
+live state). A two-arm scene (`demofactory.simulation.bimanual`) has arms right
+and left, in that order in the proprio and in the actions.
 """
 
 from __future__ import annotations
@@ -43,34 +44,56 @@ class ObsLayout:
     objects: tuple[str, ...]
     qpos_adr: tuple[int, ...]
     time_scale: float | None = None  # when set, the last dimension is the step index t * time_scale
+    # A two-arm scene's arms, right first: PROPRIO_DIM proprio dims each, and each object's
+    # position relative to each arm's eef. Empty: one arm (the one-arm names, unchanged).
+    arms: tuple[str, ...] = ()
+
+    @property
+    def hands(self) -> int:
+        return max(1, len(self.arms))
 
     @property
     def dim(self) -> int:
         n = len(self.objects)
-        return PROPRIO_DIM + 10 * n + 3 * (n * (n - 1) // 2) + (self.time_scale is not None)
+        per_object = 7 + 3 * self.hands
+        return (
+            PROPRIO_DIM * self.hands
+            + per_object * n
+            + 3 * (n * (n - 1) // 2)
+            + (self.time_scale is not None)
+        )
 
     def names(self) -> list[str]:
         """One label per observation dimension (for reports and debugging)."""
-        out = [f"proprio[{i}]" for i in range(PROPRIO_DIM)]
+        if not self.arms:
+            out = [f"proprio[{i}]" for i in range(PROPRIO_DIM)]
+            relative = ["rel_eef"]
+        else:
+            out = [f"{arm}.proprio[{i}]" for arm in self.arms for i in range(PROPRIO_DIM)]
+            relative = [f"rel_{arm}_eef" for arm in self.arms]
         for name in self.objects:
             out += [f"{name}.pos.{a}" for a in "xyz"] + [f"{name}.quat.{a}" for a in "wxyz"]
-            out += [f"{name}.rel_eef.{a}" for a in "xyz"]
+            out += [f"{name}.{rel}.{a}" for rel in relative for a in "xyz"]
         for a, b in combinations(self.objects, 2):
             out += [f"{a}-{b}.{c}" for c in "xyz"]
         return out + (["time"] if self.time_scale is not None else [])
 
 
 def make_obs_layout(
-    model: mujoco.MjModel, bodies: dict[str, int], time_scale: float | None = None
+    model: mujoco.MjModel,
+    bodies: dict[str, int],
+    time_scale: float | None = None,
+    arms: Sequence[str] = (),
 ) -> ObsLayout:
-    """The layout for spec objects `bodies` (name -> body id); each must have a free joint."""
+    """The layout for spec objects `bodies` (name -> body id); each must have a free joint.
+    `arms`: a two-arm scene's arms, right first (empty: one arm)."""
     addresses = []
     for name, body in bodies.items():
         joint = model.body_jntadr[body]
         if joint < 0 or model.jnt_type[joint] != mujoco.mjtJoint.mjJNT_FREE:
             raise ValueError(f"object {name!r} has no free joint: its pose is not in qpos")
         addresses.append(int(model.jnt_qposadr[joint]))
-    return ObsLayout(tuple(bodies), tuple(addresses), time_scale)
+    return ObsLayout(tuple(bodies), tuple(addresses), time_scale, tuple(arms))
 
 
 def make_observation(
@@ -79,17 +102,18 @@ def make_observation(
     layout: ObsLayout,
     step: np.ndarray | int | None = None,
 ) -> np.ndarray:
-    """proprio [..., 9], sim_state [..., N] (time, qpos, qvel) and, for a layout with time, the
-    step index [...] -> observation [..., layout.dim] float32."""
+    """proprio [..., 9 * arms], sim_state [..., N] (time, qpos, qvel) and, for a layout with
+    time, the step index [...] -> observation [..., layout.dim] float32."""
     proprio = np.asarray(proprio, dtype=np.float64)
     sim_state = np.asarray(sim_state, dtype=np.float64)
-    eef = proprio[..., :3]
+    eefs = [proprio[..., k * PROPRIO_DIM : k * PROPRIO_DIM + 3] for k in range(layout.hands)]
+    eef = eefs[0]
     parts, positions = [proprio], []
     for adr in layout.qpos_adr:
         pos = sim_state[..., 1 + adr : 4 + adr]
         quat = sim_state[..., 4 + adr : 8 + adr]
         quat = np.where(quat[..., :1] < 0, -quat, quat)  # q and -q are one rotation
-        parts += [pos, quat, pos - eef]
+        parts += [pos, quat, *(pos - e for e in eefs)]
         positions.append(pos)
     parts += [a - b for a, b in combinations(positions, 2)]
     if layout.time_scale is not None:
@@ -219,9 +243,12 @@ def masked_l1(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> t
 
 
 def finalize_action(action: np.ndarray) -> np.ndarray:
-    """A raw predicted action [A] -> what the controller takes: arm in [-1, 1], gripper +-1."""
-    out = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
-    out[-1] = 1.0 if action[-1] > 0 else -1.0
+    """A raw predicted action [7 * arms] -> what the controller takes: each arm's deltas in
+    [-1, 1], its gripper (every 7th, last of its arm) thresholded at 0 to +-1."""
+    action = np.asarray(action, dtype=np.float64)
+    out = np.clip(action, -1.0, 1.0)
+    grippers = action[ACTION_DIM - 1 :: ACTION_DIM]
+    out[ACTION_DIM - 1 :: ACTION_DIM] = np.where(grippers > 0, 1.0, -1.0)
     return out
 
 

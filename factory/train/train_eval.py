@@ -5,12 +5,13 @@
 
     dataset shards ──► make_loader(extra_keys=["sim_state"], no normalization), one pass
         ──► observation [N, D] (demofactory.train.policy: proprio + object poses from the stored
-        MuJoCo state)
-            action_chunk [N, H, 7], action_mask [N, H]          (held in memory: low-dimensional)
+        MuJoCo state; a two-arm dataset: both arms' proprio, objects relative to each hand)
+            action_chunk [N, H, 7 * arms], action_mask [N, H]   (held in memory: low-dimensional)
         ──► drop idle steps (pauses: nothing moves for the next 8 steps)
         ──► ChunkPolicy (MLP), masked L1 on normalized chunks, AdamW + cosine schedule,
             fixed step budget
-        ──► rollouts in the spec's Scene: the generation's placement sampler and start state,
+        ──► rollouts in the spec's Scene (a TwoArmScene for task.two_arm): the generation's
+            placement sampler and start state,
             evaluation seeds from their own namespace, success = the env's check held for k steps
         ──► one JSON report: data, training (time, loss curve),
             evaluation (per rollout seed/success/length)
@@ -57,6 +58,19 @@ from demofactory.train.policy import make_obs_layout
 # ---------------------------------------------------------------- the verb
 
 
+def refuse_for_two_arms(config: TrainEvalConfig) -> None:
+    """A UserError naming the first flag that a two-arm dataset does not take yet."""
+    for flag, given in (
+        ("--policy vla", config.policy == "vla"),
+        ("--camera", config.camera is not None),
+        ("--eval-physics", config.eval_physics is not None),
+        ("--embodiment", config.embodiment is not None),
+        ("--sensor-noise", config.sensor_noise is not None),
+    ):
+        if given:
+            raise UserError(f"{flag}: not with a two-arm spec (task.two_arm) yet")
+
+
 def train_eval(
     dataset: Path,
     resolved: Resolved,
@@ -75,7 +89,9 @@ def train_eval(
             "the spec lists none"
         )
     torch.set_num_threads(config.threads)
-    if (
+    if resolved.spec.task.two_arm is not None:
+        refuse_for_two_arms(config)
+    elif (
         config.embodiment is not None
         or len(require_dataset_info(dataset).get("embodiments") or {}) > 1
     ):
@@ -97,7 +113,10 @@ def train_eval(
         raise UserError("--aux-objects, --fine-keypoints: only with --policy vla")
     camera = dataset_camera(info, config.camera, dataset) if config.camera is not None else None
     layout = make_obs_layout(
-        scene.model, scene.bodies, 1.0 / scene.spec.task.horizon if config.time_feature else None
+        scene.model,
+        scene.bodies,
+        1.0 / scene.spec.task.horizon if config.time_feature else None,
+        arms=scene.arms if scene.spec.task.two_arm is not None else (),
     )
     t0 = time.perf_counter()
     data = load_training_data(
