@@ -144,7 +144,10 @@ class Scene:
         self._arm = robot.part_controllers[robot.arms[0]]
         self._gripper = robot.gripper[robot.arms[0]]
         self._eef_site = robot.eef_site_id[robot.arms[0]]
-        self._gripper_qpos = np.asarray(robot._ref_gripper_joint_pos_indexes[robot.arms[0]])
+        # A robot without a gripper (TwoArmPegInHole's: robosuite's NullGripper) has no joints.
+        self._gripper_qpos = np.asarray(
+            robot._ref_gripper_joint_pos_indexes[robot.arms[0]] or [], dtype=np.int64
+        )
         self.bodies = {name: self._body_id(name, body) for name, body in spec.objects.items()}
         self._geoms = {name: self._collision_geoms(bid) for name, bid in self.bodies.items()}
         # `hand` in predicates: every collision geom of the gripper (palm, fingers, pads).
@@ -209,7 +212,8 @@ class Scene:
         # last step of construction: the probe resets and steps this scene, so everything else
         # is built first; +1 meanwhile (the probe's own steps read it, and reset forgets them).
         self.gripper_sign = 1
-        self.gripper_sign = closing_sign(self)
+        if robot.has_gripper[robot.arms[0]]:  # a hand without fingers closes neither way
+            self.gripper_sign = closing_sign(self)
 
     def _make_physics(self) -> ScenePhysics:
         """The physics a draw changes; a spec's `physics:` targets are checked here (SpecError)."""
