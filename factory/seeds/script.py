@@ -356,6 +356,12 @@ def model_xml(scene: Scene) -> str:
 
 def make_scene(spec: SceneSpec) -> Scene:
     """The spec's scene (no seed demos needed), with resolve's messages for unusable envs."""
+    if spec.task.two_arm is not None:  # a gripper predicate on bare wrists, before the env
+        from demofactory.simulation.bimanual import gripper_problem
+
+        problem = gripper_problem(spec)
+        if problem:
+            raise SpecError(spec.path, *problem)
     try:
         if spec.task.two_arm is not None:
             from demofactory.simulation.bimanual import TwoArmScene

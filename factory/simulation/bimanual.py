@@ -18,9 +18,9 @@ Each arm's part of the action and of the proprio follows its robot's gripper:
 Everything `Scene` measures at "the hand" (eef pose, grasped, touching(hand, X), controller
 limits) is measured at the arm chosen by `use_arm`; `Scene` itself keeps robot 0 in that role,
 so the one-arm code path is untouched. Stepping takes
-`demofactory.simulation.fast_step.PairStepper` (both robots' OSC and grippers, adopted once a
-few steps of it land where env.step's do), else robosuite's env.step (`fast_control_note` says
-why).
+`demofactory.simulation.fast_step.PairStepper` (both robots' OSC and grippers, if any; adopted
+once a few steps of it land where env.step's do), else robosuite's env.step
+(`fast_control_note` says why).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
-from demofactory.generators.poses import mat_to_quat
-from demofactory.generators.predicates import Predicate
-from demofactory.simulation.scene import ACTION_LAYOUT, PROPRIO_LAYOUT, Scene
+from demofactory.generators.poses import make_pose, mat_to_quat
+from demofactory.generators.predicates import HAND, Predicate, parse_predicate
+from demofactory.simulation.scene import ACTION_LAYOUT, PROPRIO_LAYOUT, Scene, controller_limits
 from demofactory.specs.arms import arm_names
 from demofactory.specs.spec import SceneSpec
 
@@ -59,6 +59,59 @@ def arm_layout(layout, arms) -> list[list]:
     `layout`: one layout for every arm, or a mapping arm -> its own."""
     per_arm = layout if isinstance(layout, dict) else dict.fromkeys(arms, layout)
     return [[f"{arm}_{name}", size] for arm in arms for name, size in per_arm[arm]]
+
+
+def env_has_grippers(env: str) -> bool:
+    """Whether robosuite builds `env`'s robots with grippers: `make_env` passes no
+    gripper_types, so the env's own default decides (TwoArmPegInHole's is None: bare wrists
+    carrying the peg and the hole; it refuses any other)."""
+    import inspect
+
+    from robosuite.environments.base import REGISTERED_ENVS
+
+    cls = REGISTERED_ENVS.get(env)
+    param = inspect.signature(cls.__init__).parameters.get("gripper_types") if cls else None
+    return param is None or param.default is not None
+
+
+def two_arm_layouts(task) -> tuple[list[list], list[list]]:
+    """(state layout, action layout) of a two-arm task, per arm prefixed, from the spec alone
+    (`TwoArmScene.layouts` measures the same on the built env)."""
+    from demofactory.robots.embodiments import gripper_joints
+
+    arms = arm_names(task)
+    hands = env_has_grippers(task.env)
+    joints = gripper_joints(task.robot) if hands else 0
+    return (
+        arm_layout(arm_proprio_layout(joints), arms),
+        arm_layout(arm_action_layout(hands), arms),
+    )
+
+
+def gripper_problem(spec: SceneSpec) -> tuple[str, str] | None:
+    """(field, expected) for the first use of a gripper the spec's arms do not have: a subtask
+    ending in grasped(X) or touching(hand, X), or a scripted `gripper: close`, on a two-arm task
+    whose robots have none (TwoArmPegInHole). Needs robosuite's env class, not an env."""
+    if spec.task.two_arm is None or env_has_grippers(spec.task.env):
+        return None
+    bare = f"{spec.task.env} builds its robots without grippers"
+    for i, sub in enumerate(spec.subtasks):
+        if sub.ends_when is None:
+            continue
+        for leaf in parse_predicate(sub.ends_when).leaves():
+            if leaf.name == "grasped" or (leaf.name == "touching" and HAND in leaf.objects):
+                return f"subtasks[{i}].ends_when", (
+                    f"{bare}: {leaf.name}(...) needs the {sub.arm} arm's gripper (got "
+                    f"{sub.ends_when!r}); expected a predicate on the objects, e.g. "
+                    "near(peg, hole, 0.1), or none (the task's success)"
+                )
+    for arm, points in (spec.script.arms or {}).items() if spec.script else ():
+        for j, point in enumerate(points):
+            if point.gripper == "close":
+                return f"script.arms.{arm}[{j}].gripper", (
+                    f"{bare}: nothing to close; expected open (no gripper command is sent)"
+                )
+    return None
 
 
 @dataclass(frozen=True)
@@ -138,8 +191,12 @@ class TwoArmScene(Scene):
             self.use_arm(before)
 
     def eef_pose_of(self, arm: str) -> np.ndarray:
-        with self.arm(arm):
-            return self.eef_pose()
+        """[4, 4] `arm`'s grip-site pose (`eef_pose` with `arm` as the hand, read directly:
+        the generator asks twice a control step)."""
+        site = self._parts[arm].eef_site
+        return make_pose(
+            self.data.site_xpos[site].copy(), self.data.site_xmat[site].reshape(3, 3).copy()
+        )
 
     def holds_for(self, arm: str, predicate: Predicate | str) -> bool:
         """A predicate with `arm` as the hand (grasped(pot): this arm's pads on the pot)."""
@@ -147,8 +204,8 @@ class TwoArmScene(Scene):
             return self.holds(predicate)
 
     def controller_limits_of(self, arm: str):
-        with self.arm(arm):
-            return self.controller_limits()
+        """`controller_limits` of `arm`'s controller."""
+        return controller_limits(self._parts[arm].controller)
 
     def has_gripper_of(self, arm: str) -> bool:
         """Whether `arm` has a gripper (its action ends in a gripper command)."""

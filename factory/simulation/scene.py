@@ -101,6 +101,16 @@ def _fast_stepper(env) -> tuple[object | None, str]:
         return None, str(why)
 
 
+def controller_limits(arm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(max position step [3] m, max rotation step [3] rad, controller frame rotation [3,3]) of
+    robosuite's arm controller `arm`."""
+    out_max = np.asarray(arm.output_max, dtype=np.float64)
+    in_max = np.asarray(arm.input_max, dtype=np.float64)
+    scale = out_max / in_max
+    frame = arm.origin_ori if arm.origin_ori is not None else np.eye(3)
+    return scale[:3], scale[3:6], np.asarray(frame, dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A restorable point of a rollout (see `Scene.snapshot`)."""
@@ -777,11 +787,7 @@ class Scene:
 
     def controller_limits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(max position step [3] m, max rotation step [3] rad, controller frame rotation [3,3])."""
-        out_max = np.asarray(self._arm.output_max, dtype=np.float64)
-        in_max = np.asarray(self._arm.input_max, dtype=np.float64)
-        scale = out_max / in_max
-        frame = self._arm.origin_ori if self._arm.origin_ori is not None else np.eye(3)
-        return scale[:3], scale[3:6], np.asarray(frame, dtype=np.float64)
+        return controller_limits(self._arm)
 
     # --- stepping ---------------------------------------------------------------------
     def step(self, action: np.ndarray) -> None:
