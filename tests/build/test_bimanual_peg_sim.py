@@ -111,3 +111,14 @@ def test_validate_says_the_fast_loop_steps_bare_wrists(tmp_path):
         result.stdout
     )
     assert "no grippers)" in result.stdout and "2 subtasks" in result.stdout
+
+
+def test_a_generated_attempt_resimulates_from_its_provenance(resolved):
+    """The joint-noise draw is in the provenance: re-simulation starts where the attempt did."""
+    from demofactory.simulation.resimulate import resimulate
+
+    spec, scene = resolved.spec, resolved.scene
+    plan = AttemptPlan(2, 0, attempt_seed(spec.seed, 0, 2))
+    attempt = generate_bimanual_attempt(scene, resolved.demos, plan, bimanual_params(spec))
+    states = resimulate(scene, resolved.demos[0], attempt.provenance, attempt.actions, None)
+    np.testing.assert_array_equal(states, attempt.states)
