@@ -285,8 +285,8 @@ class _TwoArmRollout:
         self.actions.append(action)
         last = all(arm.position >= len(arm.queue) for arm in self.arms)
         # Steps left, this one included, once every arm is on its last segment: the task's
-        # check runs only within the final success_hold_steps (the only ones read), ~0.1 ms a
-        # step saved (TwoArmPegInHole's check is a tenth of a generated step, profiled).
+        # check runs only within the final success_hold_steps, the only ones read
+        # (robosuite's TwoArmPegInHole check costs 27 us, ~3 % of a generated step, measured).
         left = max(
             (len(a.segment.poses) - a.segment.step for a in self.arms if a.segment), default=0
         )

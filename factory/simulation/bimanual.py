@@ -217,8 +217,7 @@ class TwoArmScene(Scene):
 
     def layouts(self) -> tuple[list[list], list[list]]:
         """(proprio layout, action layout), per arm prefixed (right_eef_pos, ...), measured on
-        the env's robots (`demofactory.robots.embodiments.two_arm_layouts` gives the same from
-        the spec alone)."""
+        the env's robots (`two_arm_layouts` gives the same from the spec alone)."""
         proprio = {arm: arm_proprio_layout(len(p.gripper_qpos)) for arm, p in self._parts.items()}
         action = {arm: arm_action_layout(p.has_gripper) for arm, p in self._parts.items()}
         return arm_layout(proprio, self.arms), arm_layout(action, self.arms)
