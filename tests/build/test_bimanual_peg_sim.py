@@ -20,7 +20,8 @@ from demofactory.seeds.script import base_state, record_demo
 from demofactory.specs.adapters import bimanual_params
 from demofactory.specs.spec import load_spec
 
-# One env, three short demos annotated, a few attempts through the fast loop: ~3 s.
+# One env, three short demos annotated, a few attempts through the fast loop: ~3 s (the two
+# `slow` tests, a CLI run and an attempt through env.step, double it).
 pytestmark = pytest.mark.sim
 
 SPEC = Path(__file__).parents[2] / "scene_specs" / "two_arm_peg_in_hole.yaml"
@@ -95,6 +96,7 @@ def test_a_shard_holds_six_action_and_seven_state_columns_per_arm(resolved, tmp_
     assert action.shape == (12,) and state.shape == (14,)
 
 
+@pytest.mark.slow  # a CLI subprocess building the env again: 2-4 s
 def test_validate_says_the_fast_loop_steps_bare_wrists(tmp_path):
     import subprocess
     import sys
@@ -122,3 +124,32 @@ def test_a_generated_attempt_resimulates_from_its_provenance(resolved):
     attempt = generate_bimanual_attempt(scene, resolved.demos, plan, bimanual_params(spec))
     states = resimulate(scene, resolved.demos[0], attempt.provenance, attempt.actions, None)
     np.testing.assert_array_equal(states, attempt.states)
+
+
+@pytest.mark.slow  # a second env and an attempt through env.step: 2-3 s
+def test_an_attempt_is_the_same_through_the_fast_loop_and_env_step(resolved):
+    """Bare wrists through robosuite's own env.step (task.fast_control: false, the fallback):
+    the same actions and success as through PairStepper. As in tests/build/test_bimanual_sim.py,
+    robosuite's controllers are marked stale after each reset (its first env.step would read
+    their state cached before the demo's start was restored)."""
+    from demofactory.simulation.bimanual import TwoArmScene
+
+    spec = resolved.spec
+    slow_spec = load_spec(SPEC, {"task.fast_control": False})
+    slow = TwoArmScene(slow_spec)
+    assert not slow.fast_control and slow.fast_control_note == "task.fast_control: false"
+    reset_to = slow.reset_to
+
+    def fresh_reset_to(*args, **kwargs):
+        reset_to(*args, **kwargs)
+        for robot in slow.env.robots:
+            for controller in robot.part_controllers.values():
+                controller.new_update = True
+
+    slow.reset_to = fresh_reset_to
+    plan = AttemptPlan(3, 0, attempt_seed(spec.seed, 0, 3))
+    fast = generate_bimanual_attempt(resolved.scene, resolved.demos, plan, bimanual_params(spec))
+    other = generate_bimanual_attempt(slow, resolved.demos, plan, bimanual_params(slow_spec))
+    assert other.success and fast.success, (other.reason, fast.reason)
+    assert np.array_equal(other.actions, fast.actions)
+    np.testing.assert_allclose(other.states, fast.states, rtol=0, atol=1e-9)
