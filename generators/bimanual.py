@@ -1,9 +1,11 @@
 """Two-arm generation (DexMimicGen's per-arm subtasks, written from the paper, Jiang et al. 2025).
 
 One attempt:
-    a placement drawn from the attempt's seed ──► reset to the first demo's start, placed
+    a placement (and, with placement.joint_noise, each arm joint's offset) drawn from the
+    attempt's seed ──► reset to the first demo's start, placed, the joints offset
     ──► one source demo for the episode (random, by the seed)
-    ──► both arms step together, one [7 * arms] action a control step; per arm its own queue
+    ──► both arms step together, one action a control step (each arm's part: 7 columns, 6
+        for an arm without a gripper, `scene.action_slices`); per arm its own queue
         of subtasks (spec order), each segment waiting on its start condition:
           parallel     the arm's previous subtask has ended (no wait)
           sequential   the subtask it names (`after`, the other arm's) has ended; meanwhile
@@ -14,7 +16,7 @@ One attempt:
                        it: same start, same length, in lockstep (carrying a pot)
         a segment: targets T · T_eef_src[start:end] of its arm, bridged from the arm's pose by
         interpolation (+ fixed steps), delta OSC actions + Gaussian noise, the source's gripper
-        commands replayed
+        commands replayed (an arm with a gripper)
     ──► each segment's end predicate checked for its arm when it ends (no retries: recorded)
 then kept only if the task's success holds over the final `success_hold_steps` steps.
 
@@ -39,8 +41,6 @@ from demofactory.generators.poses import (
 )
 from demofactory.generators.predicates import parse_predicate
 from demofactory.generators.records import Attempt, BimanualDemo
-
-ARM_ACTION = 7  # per arm: delta position 3, delta axis-angle 3, gripper 1
 
 
 @dataclass
@@ -85,6 +85,8 @@ def generate_bimanual_attempt(
     rng = np.random.default_rng(plan.seed)
     start_xy = {name: poses[0][:2, 3] for name, poses in demos[0].object_poses.items()}
     placement = sample_placement(params.placement, start_xy, rng)
+    noise = params.placement.joint_noise  # drawn only when asked: other specs' draws stay put
+    joints = scene.joint_offsets(noise, rng) if noise else None
     source = demos[int(rng.integers(len(demos)))]
     provenance: dict = {
         "placement": placement.to_json(),
@@ -94,10 +96,14 @@ def generate_bimanual_attempt(
         "subtask_starts": [],
         "arms": list(params.arms),
     }
+    if joints is not None:
+        provenance["joint_offsets"] = joints  # arm -> radians per arm joint, from the start
     rollout = _TwoArmRollout(scene, source, params, rng, provenance)
     reason = ""
     try:
         scene.reset_to(demos[0].start_state, placement, fixtures=demos[0].fixture_poses)
+        if joints is not None:
+            scene.offset_joints(joints)
         reason = rollout.run()
     except Exception as err:  # MuJoCo instabilities and controller errors end this attempt only
         reason = f"simulator error: {type(err).__name__}: {err}"
@@ -113,7 +119,7 @@ def generate_bimanual_attempt(
         success=success,
         reason=reason,
         states=_stack(rollout.states, (0, scene.state_size), np.float64),
-        actions=_stack(rollout.actions, (0, ARM_ACTION * len(params.arms)), np.float32),
+        actions=_stack(rollout.actions, (0, scene.action_dim), np.float32),
         proprio=_stack(rollout.proprio, (0, len(scene.proprio())), np.float32),
         subtasks_done=len(rollout.completed),
         provenance=provenance,
@@ -266,7 +272,9 @@ class _TwoArmRollout:
                 target, grip, noisy = arm.hold, arm.grip, False
             max_dpos, max_drot, frame = scene.controller_limits_of(arm.name)
             now = scene.eef_pose_of(arm.name)
-            action = np.append(pose_to_delta_action(target, now, max_dpos, max_drot, frame), grip)
+            action = pose_to_delta_action(target, now, max_dpos, max_drot, frame)
+            if scene.has_gripper_of(arm.name):  # a bare wrist (TwoArmPegInHole) takes none
+                action = np.append(action, grip)
             if noisy and self.gen.action_noise > 0:
                 action = add_action_noise(action[None], self.gen.action_noise, self.rng)[0]
             parts.append(action)

@@ -36,6 +36,7 @@ class PlacementParams:
 
     objects: Mapping[str, PlacementRangeParams] = field(default_factory=dict)
     min_separation: float = 0.0
+    joint_noise: float = 0.0  # radians, uniform per arm joint (two arms: the bimanual generator)
 
 
 @dataclass(frozen=True)

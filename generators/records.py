@@ -121,7 +121,8 @@ class BimanualDemo:
     """A two-arm seed demo replayed in the current simulator, each arm annotated on its own.
 
     eef_poses: arm -> [T, 4, 4] grip-site poses. gripper: arm -> [T] gripper commands (the arm's
-    last action column). object_poses: spec object name -> [T, 4, 4].
+    last action column; zeros for an arm without a gripper). object_poses: spec object name ->
+    [T, 4, 4].
     segments: per subtask (spec index), [start, end) of its arm's segment in this demo: an arm's
     first starts at 0, each next where the previous ended (a sequential one after the hand held
     still waiting, at most till the subtask it waits for ended), the end one past the first step

@@ -6,7 +6,8 @@ generator.
           (both robots through demofactory.simulation.fast_step.PairStepper, or robosuite's
           env.step where its check refused: `TwoArmScene.fast_control_note` says why)
 
-States and actions are per arm, right first: proprio [18] (9 per arm), actions [14] (7 per arm);
+States and actions are per arm, right first: proprio [18] (9 per arm), actions [14] (7 per arm)
+on a Panda pair with grippers; [14] (7) and [12] (6) without (TwoArmPegInHole);
 `demofactory.build.run.dataset_info` writes their layouts.
 """
 

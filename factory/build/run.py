@@ -98,12 +98,11 @@ def dataset_info(
     )
     action_layout = [[k, n] for k, n in ACTION_LAYOUT]
     if spec.task.two_arm is not None:  # per arm, right first (demofactory.simulation.bimanual)
-        from demofactory.simulation.bimanual import arm_layout
-        from demofactory.specs.arms import arm_names
+        from demofactory.simulation.bimanual import two_arm_layouts
 
-        layout = arm_layout(state_layout(robots[0]), arm_names(spec.task))
+        # each arm's gripper part, if its robot has a gripper (TwoArmPegInHole's have none)
+        layout, action_layout = two_arm_layouts(spec.task)
         width = sum(n for _, n in layout)
-        action_layout = arm_layout(ACTION_LAYOUT, arm_names(spec.task))
     versions = {
         pkg: _version(pkg)
         for pkg in ("demofactory", "robosuite", "mujoco", "numpy", "ray", "webdataset")
@@ -190,10 +189,10 @@ def _arm_embodiments(spec: SceneSpec, info: dict, state_layout: list) -> dict:
     """`embodiments` with a two-arm spec's per-arm layouts (the one-arm spec's as they are)."""
     if spec.task.two_arm is None:
         return info
-    from demofactory.simulation.bimanual import arm_layout
+    from demofactory.simulation.bimanual import two_arm_layouts
     from demofactory.specs.arms import arm_names
 
-    actions = arm_layout(ACTION_LAYOUT, arm_names(spec.task))
+    actions = two_arm_layouts(spec.task)[1]
     for entry in info.values():
         entry["state"] = {"dim": sum(n for _, n in state_layout), "layout": state_layout}
         entry["action"] = {

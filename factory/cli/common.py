@@ -102,13 +102,15 @@ def _reading(location: Path | str, *, shards: bool = True, fresh: bool = False, 
 _LOCAL_COPIES: dict[str, str] = {}
 
 
-def _control(note: str, two_arm: bool = False) -> str:
+def _control(note: str, two_arm: bool = False, grippers: bool = True) -> str:
     """How steps are taken: demofactory.simulation.fast_step, or robosuite's env.step and why.
-    `two_arm`: the scene's env holds a robot pair (the fast loop is PairStepper)."""
+    `two_arm`: the scene's env holds a robot pair (the fast loop is PairStepper); `grippers`:
+    its robots have grippers (TwoArmPegInHole's have bare wrists)."""
     if note:
         return f"robosuite env.step ({note})"
     if two_arm:
-        return "fast (demofactory.simulation.fast_step.PairStepper: both robots' OSC and grippers)"
+        hands = "OSC and grippers" if grippers else "OSC, no grippers"
+        return f"fast (demofactory.simulation.fast_step.PairStepper: both robots' {hands})"
     return "fast (demofactory.simulation.fast_step)"
 
 

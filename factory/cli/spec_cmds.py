@@ -35,7 +35,12 @@ def cmd_validate(args) -> int:
     control = (
         "per robot, below"
         if resolved.robots
-        else _control(resolved.scene.fast_control_note, spec.task.two_arm is not None)
+        else _control(
+            resolved.scene.fast_control_note,
+            spec.task.two_arm is not None,
+            spec.task.two_arm is None
+            or all(resolved.scene.has_gripper_of(arm) for arm in resolved.scene.arms),
+        )
     )
     print(
         f"ok: {args.spec}: {spec.name} ({spec.task.env}, {robots}), "

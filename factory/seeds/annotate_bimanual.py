@@ -1,10 +1,13 @@
 """Annotation of two-arm seed demos: each arm's segments found on its own.
 
-seed demo [T, N] states, [T, 7 * arms] actions (right first)
-  ──► check: a two-arm file (robots a pair), actions 7 per arm, states of this model
+seed demo [T, N] states, [T, A] actions (each arm's part, right first: 7 wide, 6 without a
+gripper)
+  ──► check: a two-arm file (robots a pair), 6 or 7 action columns per arm before the env is
+      built, then exactly the scene's per-arm widths, states of this model
   ──► replay each state in the `TwoArmScene`: per arm its grip-site pose and gripper
-      command, the spec objects' poses, and each subtask's end predicate with its own arm
-      as the hand (grasped(pot) for the right arm: the right hand's pads on the pot)
+      command (none without a gripper), the spec objects' poses, and each subtask's end
+      predicate with its own arm as the hand (grasped(pot) for the right arm: the right
+      hand's pads on the pot)
   ──► per arm, in spec order: a segment starts where the arm's previous one ended and ends
       one past the first step from which its predicate holds MIN_RUN steps in a row (the
       arm's last: at the demo's end)
@@ -20,7 +23,7 @@ from demofactory.generators.predicates import parse_predicate
 from demofactory.generators.records import BimanualDemo, SeedDemo
 from demofactory.seeds.annotate import MIN_RUN
 from demofactory.seeds.demos import load_seed_demos
-from demofactory.simulation.bimanual import ARM_ACTION
+from demofactory.simulation.bimanual import ARM_ACTION, arm_action_layout
 from demofactory.specs.arms import arm_names, subtask_arm
 from demofactory.specs.spec import SceneSpec
 
@@ -38,14 +41,24 @@ def load_two_arm_demos(spec: SceneSpec) -> list[SeedDemo]:
     return demos
 
 
-def check_two_arm_actions(spec: SceneSpec, demo: SeedDemo) -> None:
-    """A UserError unless `demo` has 7 action columns per arm."""
+ARM_WITHOUT_GRIPPER = sum(n for _, n in arm_action_layout(False))  # 6
+
+
+def check_two_arm_actions(spec: SceneSpec, demo: SeedDemo, widths: dict | None = None) -> None:
+    """A UserError unless `demo` has each arm's action columns: `widths` (arm -> columns, the
+    scene's); None (before any env is built): 7 per arm, or 6 per arm (arms without grippers)."""
     arms = arm_names(spec.task)
-    width = ARM_ACTION * len(arms)
-    if demo.actions.shape[1] != width:
+    if widths is None:
+        allowed = {ARM_ACTION * len(arms): ARM_ACTION, ARM_WITHOUT_GRIPPER * len(arms): 6}
+        what = f"{ARM_ACTION} per arm, or {ARM_WITHOUT_GRIPPER} for arms without grippers"
+    else:
+        allowed = {sum(widths.values()): None}
+        what = ", ".join(f"{arm} {widths[arm]}" for arm in arms)
+    if demo.actions.shape[1] not in allowed:
+        expected = " or ".join(str(w) for w in allowed)
         raise UserError(
             f"{demo.source}: data/{demo.name}: actions are {demo.actions.shape[1]} wide, expected "
-            f"{width} (7 per arm: {', '.join(arms)}) for the two-arm {spec.task.env} of "
+            f"{expected} ({what}: {', '.join(arms)}) for the two-arm {spec.task.env} of "
             f"{spec.path.name}; a one-arm demo given to a two-arm spec?"
         )
 
@@ -56,9 +69,9 @@ def annotate_two_arm_demos(scene, demos: list[SeedDemo]) -> list[BimanualDemo]:
 
 
 def check_two_arm_demo(scene, demo: SeedDemo) -> None:
-    """A UserError unless `demo` has 7 action columns per arm and this model's state size."""
+    """A UserError unless `demo` has the scene's action columns per arm and its state size."""
     spec = scene.spec
-    check_two_arm_actions(spec, demo)
+    check_two_arm_actions(spec, demo, {arm: scene.action_width_of(arm) for arm in scene.arms})
     if demo.states.shape[1] != scene.state_size:
         raise UserError(
             f"{demo.source}: data/{demo.name}: state size {demo.states.shape[1]} does not match "
@@ -74,8 +87,12 @@ def annotate_two_arm_demo(scene, demo: SeedDemo) -> BimanualDemo:
     subtasks = list(spec.subtasks)
     predicates = [parse_predicate(s.ends_when) if s.ends_when else None for s in subtasks]
     eef = {arm: np.empty((count, 4, 4)) for arm in scene.arms}
+    # each arm's gripper command (zeros for an arm without a gripper: it has none)
     grips = {
-        arm: demo.actions[:, (k + 1) * ARM_ACTION - 1].copy() for k, arm in enumerate(scene.arms)
+        arm: demo.actions[:, scene.action_slices[arm].stop - 1].copy()
+        if scene.has_gripper_of(arm)
+        else np.zeros(count)
+        for arm in scene.arms
     }
     objects = {name: np.empty((count, 4, 4)) for name in spec.objects}
     holds = np.zeros((count, len(subtasks)), dtype=bool)
@@ -85,7 +102,8 @@ def annotate_two_arm_demo(scene, demo: SeedDemo) -> BimanualDemo:
     for t in range(count):
         scene.set_state(demo.states[t])
         for arm in scene.arms:
-            scene._closed[arm] = bool(grips[arm][t] * scene.gripper_sign > 0)
+            if scene.has_gripper_of(arm):
+                scene._closed[arm] = bool(grips[arm][t] * scene.gripper_sign > 0)
             eef[arm][t] = scene.eef_pose_of(arm)
         for name in spec.objects:
             objects[name][t] = scene.object_pose(name)

@@ -4,7 +4,8 @@
 
     spec `script.waypoints`  (pose relative to a named object, gripper command, steps)
       ──► per demo i, try t: the scene's reset layout (`base_state`, the same for every demo)
-          + a placement drawn with seed (spec seed, i, t) (none for demo 0's first try)
+          + a placement drawn with seed (spec seed, i, t) (none for demo 0's first try), and on
+          two arms with placement.joint_noise each arm joint's offset
       ──► per waypoint: its target from the object's pose when it starts (`waypoint_target`)
       ──► interpolated from the previous target, driven closed loop as delta OSC actions
           (the same `pose_to_delta_action` and `Scene.step` as generation), state recorded
@@ -53,7 +54,7 @@ class ScriptedDemo:
 
     states: [T, N] float64 MuJoCo state (time, qpos, qvel) before each action.
     actions: [T, 7] float64 OSC_POSE deltas (3 position, 3 axis-angle, 1 gripper) in [-1, 1];
-        [T, 14] on two arms (right, then left).
+        on two arms each arm's part, right first: [T, 14], or [T, 12] for arms without grippers.
     fixture_poses: root body -> [x, y, z, qw, qx, qy, qz] of bodies robosuite re-poses at reset.
     """
 
@@ -163,7 +164,8 @@ def run_arm_waypoints(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Two arms' waypoints side by side from the current state (`TwoArmScene`): each arm its own
     list from step 0, an arm whose list ended holding its last target and gripper command;
-    (states [T, N], actions [T, 7 * arms], right first) float64."""
+    (states [T, N], actions [T, scene.action_dim], right first: 7 an arm, 6 without a gripper)
+    float64."""
     order = list(scene.arms)
     plans = {arm: _arm_plan(scene, arm, arms.get(arm, [])) for arm in order}
     states, actions = [], []
@@ -180,16 +182,19 @@ def _steps(points: list[WaypointSpec]) -> range:
 
 
 def _arm_plan(scene, arm: str, points: list[WaypointSpec]):
-    """A generator of one arm's [7] actions: each waypoint's target taken when it starts (from
-    the object's pose then, as `run_waypoints` does), interpolated, closed loop; then held."""
+    """A generator of one arm's actions ([7], [6] without a gripper): each waypoint's target
+    taken when it starts (from the object's pose then, as `run_waypoints` does), interpolated,
+    closed loop; then held."""
     max_dpos, max_drot, frame = scene.controller_limits_of(arm)
     previous = scene.eef_pose_of(arm)
     home = scene.base_rotation_of(arm) @ TOP_DOWN
-    grip = GRIPPER_ACTION["open"] * scene.gripper_sign
+    hand = scene.has_gripper_of(arm)
+    grip = [GRIPPER_ACTION["open"] * scene.gripper_sign] if hand else []
     for point in points:
         obj = scene.object_pose(point.relative_to) if point.relative_to is not None else None
         target = waypoint_target(point, obj, previous, home)
-        grip = GRIPPER_ACTION[point.gripper] * scene.gripper_sign
+        if hand:
+            grip = [GRIPPER_ACTION[point.gripper] * scene.gripper_sign]
         for pose in interpolate_poses(previous, target, point.steps):
             now = scene.eef_pose_of(arm)
             yield np.append(pose_to_delta_action(pose, now, max_dpos, max_drot, frame), grip)
@@ -230,6 +235,9 @@ def record_demo(
         seed = demo_seed(spec.seed, index, attempt)
         placement = _placement(scene, base, index, attempt, seed)
         scene.reset_to(base, placement)
+        noise = spec.placement.joint_noise  # two arms only (load_spec refuses it on one)
+        if noise and (index or attempt):  # as placements: none on demo 0's first try
+            scene.offset_joints(scene.joint_offsets(noise, np.random.default_rng([seed, 1])))
         fixtures = scene.fixture_poses()  # after the reset: the poses this demo runs in
         try:
             if script.arms:
@@ -240,7 +248,7 @@ def record_demo(
         except Exception as err:  # MuJoCo instabilities and controller errors end this try only
             states, actions, why = (
                 np.zeros((0, scene.state_size)),
-                np.zeros((0, 7 * (2 if script.arms else 1))),
+                np.zeros((0, getattr(scene, "action_dim", 7))),
                 f"simulator error: {err}",
             )
         log(f"demo {index}, try {attempt + 1}: {why or 'success'} ({len(actions)} steps)")
@@ -356,6 +364,12 @@ def model_xml(scene: Scene) -> str:
 
 def make_scene(spec: SceneSpec) -> Scene:
     """The spec's scene (no seed demos needed), with resolve's messages for unusable envs."""
+    if spec.task.two_arm is not None:  # a gripper predicate on bare wrists, before the env
+        from demofactory.simulation.bimanual import gripper_problem
+
+        problem = gripper_problem(spec)
+        if problem:
+            raise SpecError(spec.path, *problem)
     try:
         if spec.task.two_arm is not None:
             from demofactory.simulation.bimanual import TwoArmScene

@@ -1,18 +1,26 @@
 """Two arms in one robosuite env: `TwoArmScene`, a `Scene` whose hand-side lookups switch arm.
 
-robosuite 1.5's two-arm tasks (TwoArmLift, TwoArmHandover, ...) with a pair of one-arm robots
+robosuite 1.5's two-arm tasks (TwoArmLift, TwoArmPegInHole, ...) with a pair of one-arm robots
 ("parallel" or "opposed") hold two robots, each with one arm named "right"; the spec names them
 right (robots[0]) and left (robots[1]) (`demofactory.specs.sections.TWO_ARMS`).
 
-    action [14] = right [7: delta pos 3, delta axis-angle 3, gripper 1] + left [7]
-    proprio [18] = right [9: eef pos 3, eef quat xyzw 4, gripper qpos 2] + left [9]
+Each arm's part of the action and of the proprio follows its robot's gripper:
+
+    with a gripper (TwoArmLift)        action [7: delta pos 3, delta axis-angle 3, gripper 1]
+                                       proprio [9: eef pos 3, eef quat xyzw 4, gripper qpos 2]
+    without one (TwoArmPegInHole: the  action [6: delta pos 3, delta axis-angle 3]
+      peg and the hole sit on bare     proprio [7: eef pos 3, eef quat xyzw 4]
+      wrists, robosuite's NullGripper)
+
+    action = right's part + left's part; proprio the same (TwoArmLift: [14] and [18];
+    TwoArmPegInHole: [12] and [14])
 
 Everything `Scene` measures at "the hand" (eef pose, grasped, touching(hand, X), controller
 limits) is measured at the arm chosen by `use_arm`; `Scene` itself keeps robot 0 in that role,
 so the one-arm code path is untouched. Stepping takes
-`demofactory.simulation.fast_step.PairStepper` (both robots' OSC and grippers, adopted once a
-few steps of it land where env.step's do), else robosuite's env.step (`fast_control_note` says
-why).
+`demofactory.simulation.fast_step.PairStepper` (both robots' OSC and grippers, if any; adopted
+once a few steps of it land where env.step's do), else robosuite's env.step
+(`fast_control_note` says why).
 """
 
 from __future__ import annotations
@@ -22,19 +30,88 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
-from demofactory.generators.poses import mat_to_quat
-from demofactory.generators.predicates import Predicate
-from demofactory.simulation.scene import ACTION_LAYOUT, PROPRIO_LAYOUT, Scene
+from demofactory.generators.poses import make_pose, mat_to_quat
+from demofactory.generators.predicates import HAND, Predicate, parse_predicate
+from demofactory.simulation.scene import ACTION_LAYOUT, PROPRIO_LAYOUT, Scene, controller_limits
 from demofactory.specs.arms import arm_names
 from demofactory.specs.spec import SceneSpec
 
-ARM_ACTION = sum(n for _, n in ACTION_LAYOUT)  # 7 per arm
-ARM_PROPRIO = sum(n for _, n in PROPRIO_LAYOUT)  # 9 per arm
+ARM_ACTION = sum(n for _, n in ACTION_LAYOUT)  # 7 per arm with a gripper
+ARM_PROPRIO = sum(n for _, n in PROPRIO_LAYOUT)  # 9 per arm with a two-finger gripper
+
+
+def arm_action_layout(gripper: bool) -> tuple[tuple[str, int], ...]:
+    """One arm's action parts: delta pose, and the gripper command when it has a gripper."""
+    return ACTION_LAYOUT if gripper else tuple(p for p in ACTION_LAYOUT if p[0] != "gripper")
+
+
+def arm_proprio_layout(gripper_joints: int) -> tuple[tuple[str, int], ...]:
+    """One arm's proprio parts: eef pose, and its gripper joints when it has any."""
+    return tuple(
+        (name, gripper_joints if name == "gripper_qpos" else size)
+        for name, size in PROPRIO_LAYOUT
+        if name != "gripper_qpos" or gripper_joints
+    )
 
 
 def arm_layout(layout, arms) -> list[list]:
-    """A one-arm (name, size) layout repeated per arm, names prefixed: right_eef_pos, ..."""
-    return [[f"{arm}_{name}", size] for arm in arms for name, size in layout]
+    """A one-arm (name, size) layout repeated per arm, names prefixed: right_eef_pos, ...
+    `layout`: one layout for every arm, or a mapping arm -> its own."""
+    per_arm = layout if isinstance(layout, dict) else dict.fromkeys(arms, layout)
+    return [[f"{arm}_{name}", size] for arm in arms for name, size in per_arm[arm]]
+
+
+def env_has_grippers(env: str) -> bool:
+    """Whether robosuite builds `env`'s robots with grippers: `make_env` passes no
+    gripper_types, so the env's own default decides (TwoArmPegInHole's is None: bare wrists
+    carrying the peg and the hole; it refuses any other)."""
+    import inspect
+
+    from robosuite.environments.base import REGISTERED_ENVS
+
+    cls = REGISTERED_ENVS.get(env)
+    param = inspect.signature(cls.__init__).parameters.get("gripper_types") if cls else None
+    return param is None or param.default is not None
+
+
+def two_arm_layouts(task) -> tuple[list[list], list[list]]:
+    """(state layout, action layout) of a two-arm task, per arm prefixed, from the spec alone
+    (`TwoArmScene.layouts` measures the same on the built env)."""
+    from demofactory.robots.embodiments import gripper_joints
+
+    arms = arm_names(task)
+    hands = env_has_grippers(task.env)
+    joints = gripper_joints(task.robot) if hands else 0
+    return (
+        arm_layout(arm_proprio_layout(joints), arms),
+        arm_layout(arm_action_layout(hands), arms),
+    )
+
+
+def gripper_problem(spec: SceneSpec) -> tuple[str, str] | None:
+    """(field, expected) for the first use of a gripper the spec's arms do not have: a subtask
+    ending in grasped(X) or touching(hand, X), or a scripted `gripper: close`, on a two-arm task
+    whose robots have none (TwoArmPegInHole). Needs robosuite's env class, not an env."""
+    if spec.task.two_arm is None or env_has_grippers(spec.task.env):
+        return None
+    bare = f"{spec.task.env} builds its robots without grippers"
+    for i, sub in enumerate(spec.subtasks):
+        if sub.ends_when is None:
+            continue
+        for leaf in parse_predicate(sub.ends_when).leaves():
+            if leaf.name == "grasped" or (leaf.name == "touching" and HAND in leaf.objects):
+                return f"subtasks[{i}].ends_when", (
+                    f"{bare}: {leaf.name}(...) needs the {sub.arm} arm's gripper (got "
+                    f"{sub.ends_when!r}); expected a predicate on the objects, e.g. "
+                    "near(peg, hole, 0.1), or none (the task's success)"
+                )
+    for arm, points in (spec.script.arms or {}).items() if spec.script else ():
+        for j, point in enumerate(points):
+            if point.gripper == "close":
+                return f"script.arms.{arm}[{j}].gripper", (
+                    f"{bare}: nothing to close; expected open (no gripper command is sent)"
+                )
+    return None
 
 
 @dataclass(frozen=True)
@@ -42,9 +119,11 @@ class _ArmParts:
     """One arm's handles in the model (what `Scene` keeps for its single arm)."""
 
     controller: object  # robosuite's arm part controller (limits, frame)
-    gripper: object  # robosuite's gripper model (geom groups, command state)
+    gripper: object  # robosuite's gripper model (geom groups, command state; NullGripper: none)
+    has_gripper: bool  # False: a bare wrist (TwoArmPegInHole), no gripper command or joints
     eef_site: int
-    gripper_qpos: np.ndarray
+    joint_qpos: np.ndarray  # the arm's joints in qpos
+    gripper_qpos: np.ndarray  # [0] without a gripper
     hand: frozenset[int]
     pads: list[set[int]]
 
@@ -60,6 +139,12 @@ class TwoArmScene(Scene):
         self._parts = {arm: self._arm_parts(i) for i, arm in enumerate(self.arms)}
         self._closed: dict[str, bool | None] = dict.fromkeys(self.arms)
         self.current_arm = self.arms[0]
+        # Each arm's columns of the action, right first (6 wide without a gripper, else 7)
+        cuts = np.cumsum([0, *(self.action_width_of(arm) for arm in self.arms)])
+        self.action_slices = {
+            arm: slice(int(a), int(b))
+            for arm, a, b in zip(self.arms, cuts[:-1], cuts[1:], strict=True)
+        }
 
     def _arm_parts(self, index: int) -> _ArmParts:
         robot = self.env.robots[index]
@@ -76,8 +161,12 @@ class TwoArmScene(Scene):
         return _ArmParts(
             controller=robot.part_controllers[side],
             gripper=gripper,
+            has_gripper=bool(robot.has_gripper[side]),
             eef_site=int(robot.eef_site_id[side]),
-            gripper_qpos=np.asarray(robot._ref_gripper_joint_pos_indexes[side]),
+            joint_qpos=np.asarray(robot.part_controllers[side].qpos_index, dtype=np.int64),
+            gripper_qpos=np.asarray(
+                robot._ref_gripper_joint_pos_indexes[side] or [], dtype=np.int64
+            ),
             hand=self._collision_geoms_under(root),
             pads=pads,
         )
@@ -109,8 +198,12 @@ class TwoArmScene(Scene):
         return self.data.xmat[body].reshape(3, 3).copy()
 
     def eef_pose_of(self, arm: str) -> np.ndarray:
-        with self.arm(arm):
-            return self.eef_pose()
+        """[4, 4] `arm`'s grip-site pose (`eef_pose` with `arm` as the hand, read directly:
+        the generator asks twice a control step)."""
+        site = self._parts[arm].eef_site
+        return make_pose(
+            self.data.site_xpos[site].copy(), self.data.site_xmat[site].reshape(3, 3).copy()
+        )
 
     def holds_for(self, arm: str, predicate: Predicate | str) -> bool:
         """A predicate with `arm` as the hand (grasped(pot): this arm's pads on the pot)."""
@@ -118,8 +211,23 @@ class TwoArmScene(Scene):
             return self.holds(predicate)
 
     def controller_limits_of(self, arm: str):
-        with self.arm(arm):
-            return self.controller_limits()
+        """`controller_limits` of `arm`'s controller."""
+        return controller_limits(self._parts[arm].controller)
+
+    def has_gripper_of(self, arm: str) -> bool:
+        """Whether `arm` has a gripper (its action ends in a gripper command)."""
+        return self._parts[arm].has_gripper
+
+    def action_width_of(self, arm: str) -> int:
+        """`arm`'s action columns: 7 with a gripper, 6 without."""
+        return sum(n for _, n in arm_action_layout(self.has_gripper_of(arm)))
+
+    def layouts(self) -> tuple[list[list], list[list]]:
+        """(proprio layout, action layout), per arm prefixed (right_eef_pos, ...), measured on
+        the env's robots (`two_arm_layouts` gives the same from the spec alone)."""
+        proprio = {arm: arm_proprio_layout(len(p.gripper_qpos)) for arm, p in self._parts.items()}
+        action = {arm: arm_action_layout(p.has_gripper) for arm, p in self._parts.items()}
+        return arm_layout(proprio, self.arms), arm_layout(action, self.arms)
 
     def camera_mounts(self, names) -> dict[str, dict]:
         """The cameras among `names` that a robot carries, by the model's body tree: name ->
@@ -152,7 +260,8 @@ class TwoArmScene(Scene):
 
     # --- per-arm vectors ---------------------------------------------------------------
     def proprio(self) -> np.ndarray:
-        """[9 * arms] float32: per arm (right first) eef position, quaternion xyzw, gripper."""
+        """float32, per arm (right first): eef position, quaternion xyzw, gripper joints (none
+        without a gripper): [9 * arms] on Panda pairs with grippers, [7 * arms] without."""
         parts = []
         for arm in self.arms:
             p = self._parts[arm]
@@ -162,8 +271,9 @@ class TwoArmScene(Scene):
         return np.concatenate(parts).astype(np.float32)
 
     def step(self, action: np.ndarray) -> None:
-        """One control step of both arms: [7 * arms] (right first). A [7] command goes to every
-        arm (`demofactory.robots.gripper_sign`'s probe closes both hands alike)."""
+        """One control step of both arms: `action_dim` columns, each arm's `action_slices`
+        (right first). A [7] command goes to every arm (`demofactory.robots.gripper_sign`'s
+        probe closes both hands alike; it runs only on robots with grippers)."""
         action = np.asarray(action)
         if action.shape[-1] == ARM_ACTION:
             action = np.tile(action, len(self.env.robots))
@@ -176,11 +286,31 @@ class TwoArmScene(Scene):
         self.note_grippers(action)
 
     def note_grippers(self, action: np.ndarray) -> None:
-        """Take each arm's gripper command in a [7 * arms] action as stepped (by `step`, or by
-        robosuite's env.step under teleoperation): whether each hand is commanded closed."""
-        for i, arm in enumerate(self.arms):
-            self._closed[arm] = bool(action[(i + 1) * ARM_ACTION - 1] * self.gripper_sign > 0)
+        """Take each arm's gripper command in an action as stepped (by `step`, or by robosuite's
+        env.step under teleoperation): whether each hand is commanded closed (a bare wrist has
+        no command)."""
+        for arm in self.arms:
+            if self._parts[arm].has_gripper:
+                grip = action[self.action_slices[arm].stop - 1]
+                self._closed[arm] = bool(grip * self.gripper_sign > 0)
         self.gripper_closed = self._closed[self.current_arm]
+
+    def joint_offsets(self, amount: float, rng: np.random.Generator) -> dict[str, list[float]]:
+        """Per arm (right first), a uniform draw in [-amount, amount] radians per arm joint:
+        robosuite's initialization noise (type uniform), drawn from `rng`."""
+        return {
+            arm: [float(v) for v in rng.uniform(-amount, amount, len(self._parts[arm].joint_qpos))]
+            for arm in self.arms
+        }
+
+    def offset_joints(self, offsets: dict[str, list[float]]) -> None:
+        """Move each arm's joints by `offsets` (`joint_offsets`) from where they are, at rest;
+        the new pose is the episode's start (`mark_start`). After `reset_to`."""
+        for arm, delta in offsets.items():
+            self.data.qpos[self._parts[arm].joint_qpos] += np.asarray(delta, dtype=np.float64)
+        self.data.qvel[:] = 0.0
+        mujoco.mj_forward(self.model, self.data)
+        self.mark_start()
 
     def reset(self, fixtures=None) -> None:
         super().reset(fixtures)
@@ -196,4 +326,4 @@ class TwoArmScene(Scene):
 
     @property
     def action_dim(self) -> int:
-        return ARM_ACTION * len(self.arms)
+        return sum(self.action_width_of(arm) for arm in self.arms)

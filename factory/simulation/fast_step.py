@@ -80,17 +80,25 @@ class FastStepper:
         self.joint = _check_arm(arm)
         grip_name = robot.get_gripper_name(arm_name)
         self.model, self.data = env.sim.model._model, env.sim.data._data
-        self.arm, self.grip = arm, robot.part_controllers[grip_name]
+        # A robot without a gripper (TwoArmPegInHole's bare wrists: robosuite's NullGripper) has
+        # no gripper controller, action column or actuator: the arm's part is all there is.
+        self.has_gripper = bool(robot.has_gripper[arm_name])
+        self.arm, self.grip = arm, robot.part_controllers.get(grip_name)
         self.gripper_model = robot.gripper[arm_name]
         if getattr(self.grip, "interpolator", None) is not None:
             raise Unsupported("gripper interpolation is not supported")
         comp = robot.composite_controller
-        if set(comp.part_controllers) != {arm_name, grip_name}:
+        parts = {arm_name, grip_name} if self.has_gripper else {arm_name}
+        if set(comp.part_controllers) != parts:
             raise Unsupported(f"unexpected controller parts {sorted(comp.part_controllers)}")
         self.arm_slice = slice(*comp._action_split_indexes[arm_name])
-        self.grip_slice = slice(*comp._action_split_indexes[grip_name])
         self.arm_act = np.asarray(robot._ref_actuators_indexes_dict[arm_name])
-        self.grip_act = np.asarray(robot._ref_actuators_indexes_dict[grip_name])
+        if self.has_gripper:
+            self.grip_slice = slice(*comp._action_split_indexes[grip_name])
+            self.grip_act = np.asarray(robot._ref_actuators_indexes_dict[grip_name])
+        else:
+            self.grip_slice = slice(self.arm_slice.stop, self.arm_slice.stop)
+            self.grip_act = np.zeros(0, dtype=np.int64)
         ctrlrange = self.model.actuator_ctrlrange
         self.arm_low, self.arm_high = ctrlrange[self.arm_act, 0], ctrlrange[self.arm_act, 1]
         self.grip_low, self.grip_high = ctrlrange[self.grip_act, 0], ctrlrange[self.grip_act, 1]
@@ -170,9 +178,10 @@ class FastStepper:
         (jacp, jacr), mass = self._jac, self._mass
         qvel, qpos, bias, ref_pos, ref_ori = self._views
         world_pos, world_ori = self._world_goal(action)
-        self._set_grip(action)
-        grip = np.minimum(np.maximum(self._grip_ctrl, self.grip_low), self.grip_high)
-        self._ctrl[self.grip_act] = grip
+        if self.has_gripper:
+            self._set_grip(action)
+            grip = np.minimum(np.maximum(self._grip_ctrl, self.grip_low), self.grip_high)
+            self._ctrl[self.grip_act] = grip
         return (
             *(jacp, jacr, mass, qvel, qpos, bias),
             *(self.qvel_index, self.qpos_index, self.kp, self.kd, self._initial_joint),
@@ -695,7 +704,10 @@ def check_against_env_step(env, stepper: FastStepper | PairStepper) -> None:
     data = stepper.data
     parts = _parts(stepper)
     original = _saved(env, stepper)
-    warm_up = np.concatenate([_as_input(p, WARM_UP, hold=True) for p in parts], axis=1)
+    warm_up = np.concatenate(
+        [_as_input(p, WARM_UP if p.has_gripper else WARM_UP[:, :6], hold=True) for p in parts],
+        axis=1,
+    )
     for action in warm_up:  # robosuite's first steps after a reset differ (cached dynamics)
         env.step(action)
     saved = _saved(env, stepper)
@@ -706,11 +718,13 @@ def check_against_env_step(env, stepper: FastStepper | PairStepper) -> None:
     # Full-range arm moves (fixed draws): small ones leave UR5e's difference unseen (measured).
     # A PairStepper: each robot's columns in turn (robosuite's action layout), every hand
     # closing then opening.
-    widths = [len(p.qpos_index) + 1 if p.joint else 7 for p in parts]
+    widths = [(len(p.qpos_index) if p.joint else 6) + p.has_gripper for p in parts]
     draws = np.random.default_rng(0).uniform(-1.0, 1.0, (CHECK_STEPS, sum(widths)))
     ends = np.cumsum(widths)
-    draws[:, ends - 1] = 1.0
-    draws[CHECK_STEPS // 2 :, ends - 1] = -1.0  # the hand closes, then opens
+    grips = np.array([end - 1 for p, end in zip(parts, ends, strict=True) if p.has_gripper])
+    if len(grips):
+        draws[:, grips] = 1.0
+        draws[CHECK_STEPS // 2 :, grips] = -1.0  # the hand closes, then opens
     actions = np.concatenate(
         [
             _as_input(p, draws[:, end - width : end])
@@ -737,14 +751,15 @@ def check_against_env_step(env, stepper: FastStepper | PairStepper) -> None:
 
 
 def _as_input(stepper: FastStepper, draws: np.ndarray, hold: bool = False) -> np.ndarray:
-    """Draws in [-1, 1] (arm columns, then the gripper's) as the arm controller's input, from
-    the state now: a delta OSC takes them as they are; an absolute OSC a pose up to 0.15 m and
-    0.5 rad from the hand's, in the base frame; a joint controller targets up to 0.3 rad from
-    the joints'. `hold`: the pose or joints of now (the gripper's column kept)."""
+    """Draws in [-1, 1] (arm columns, then the gripper's, if it has one) as the arm
+    controller's input, from the state now: a delta OSC takes them as they are; an absolute
+    OSC a pose up to 0.15 m and 0.5 rad from the hand's, in the base frame; a joint controller
+    targets up to 0.3 rad from the joints'. `hold`: the pose or joints of now (the gripper's
+    column kept)."""
     if not (stepper.joint or stepper.absolute):
         return draws
     scale = 0.0 if hold else 1.0
-    data, grip = stepper.data, draws[:, -1:]
+    data, grip = stepper.data, draws[:, -1:] if stepper.has_gripper else draws[:, :0]
     if stepper.joint:
         here = np.array(data.qpos[stepper.qpos_index])
         width = len(here)

@@ -1,7 +1,9 @@
 """Re-simulation: an episode's actions run again from the start its provenance records.
 
-    provenance (placement, fixtures, physics) + the spec's first seed demo's start state
+    provenance (placement, fixtures, physics, two arms' joint offsets) + the spec's first seed
+    demo's start state
         ──► Scene.set_physics(recorded draw, or another one) ──► Scene.reset_to(start, placement)
+            (──► TwoArmScene.offset_joints(recorded joint_offsets))
         ──► step each recorded action ──► states [T, N]
 
 Under the recorded draw the states are the episode's own, bit for bit
@@ -28,7 +30,7 @@ def resimulate(
     actions: np.ndarray,
     draw: PhysicsDraw | None | str = "recorded",
 ) -> np.ndarray:
-    """[T, N] states before each of `actions` [T, 7], from the episode's recorded start.
+    """[T, N] states before each of `actions` [T, A], from the episode's recorded start.
 
     first_demo: the spec's first seed demo (generation starts every attempt from its first
     state); draw: "recorded" (the episode's own), None (nominal) or another `PhysicsDraw`.
@@ -37,6 +39,8 @@ def resimulate(
     fixtures = provenance.get("fixtures", first_demo.fixture_poses)
     placement = Placement.from_json(provenance["placement"])
     scene.reset_to(first_demo.start_state, placement, fixtures=fixtures)
+    if provenance.get("joint_offsets"):  # a two-arm attempt's placement.joint_noise draw
+        scene.offset_joints(provenance["joint_offsets"])
     states = np.empty((len(actions), scene.state_size))
     for t, action in enumerate(actions):
         states[t] = scene.get_state()

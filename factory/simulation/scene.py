@@ -101,6 +101,16 @@ def _fast_stepper(env) -> tuple[object | None, str]:
         return None, str(why)
 
 
+def controller_limits(arm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(max position step [3] m, max rotation step [3] rad, controller frame rotation [3,3]) of
+    robosuite's arm controller `arm`."""
+    out_max = np.asarray(arm.output_max, dtype=np.float64)
+    in_max = np.asarray(arm.input_max, dtype=np.float64)
+    scale = out_max / in_max
+    frame = arm.origin_ori if arm.origin_ori is not None else np.eye(3)
+    return scale[:3], scale[3:6], np.asarray(frame, dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A restorable point of a rollout (see `Scene.snapshot`)."""
@@ -144,7 +154,10 @@ class Scene:
         self._arm = robot.part_controllers[robot.arms[0]]
         self._gripper = robot.gripper[robot.arms[0]]
         self._eef_site = robot.eef_site_id[robot.arms[0]]
-        self._gripper_qpos = np.asarray(robot._ref_gripper_joint_pos_indexes[robot.arms[0]])
+        # A robot without a gripper (TwoArmPegInHole's: robosuite's NullGripper) has no joints.
+        self._gripper_qpos = np.asarray(
+            robot._ref_gripper_joint_pos_indexes[robot.arms[0]] or [], dtype=np.int64
+        )
         self.bodies = {name: self._body_id(name, body) for name, body in spec.objects.items()}
         self._geoms = {name: self._collision_geoms(bid) for name, bid in self.bodies.items()}
         # `hand` in predicates: every collision geom of the gripper (palm, fingers, pads).
@@ -209,7 +222,8 @@ class Scene:
         # last step of construction: the probe resets and steps this scene, so everything else
         # is built first; +1 meanwhile (the probe's own steps read it, and reset forgets them).
         self.gripper_sign = 1
-        self.gripper_sign = closing_sign(self)
+        if robot.has_gripper[robot.arms[0]]:  # a hand without fingers closes neither way
+            self.gripper_sign = closing_sign(self)
 
     def _make_physics(self) -> ScenePhysics:
         """The physics a draw changes; a spec's `physics:` targets are checked here (SpecError)."""
@@ -780,11 +794,7 @@ class Scene:
 
     def controller_limits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(max position step [3] m, max rotation step [3] rad, controller frame rotation [3,3])."""
-        out_max = np.asarray(self._arm.output_max, dtype=np.float64)
-        in_max = np.asarray(self._arm.input_max, dtype=np.float64)
-        scale = out_max / in_max
-        frame = self._arm.origin_ori if self._arm.origin_ori is not None else np.eye(3)
-        return scale[:3], scale[3:6], np.asarray(frame, dtype=np.float64)
+        return controller_limits(self._arm)
 
     # --- stepping ---------------------------------------------------------------------
     def step(self, action: np.ndarray) -> None:

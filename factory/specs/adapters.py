@@ -41,6 +41,7 @@ def placement_params(placement: PlacementSpec) -> PlacementParams:
             for name, r in placement.objects.items()
         },
         min_separation=placement.min_separation,
+        joint_noise=placement.joint_noise,
     )
 
 

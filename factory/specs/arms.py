@@ -128,8 +128,14 @@ TWO_ARM_ONLY = {
 
 
 def two_arm_problem(spec) -> tuple[str, str] | None:
-    """(field, expected) for the first setting a two-arm spec (`task.two_arm`) cannot take yet."""
+    """(field, expected) for the first setting a two-arm spec (`task.two_arm`) cannot take yet,
+    or a one-arm spec one only the two-arm generator draws."""
     if spec.task.two_arm is None:
+        if spec.placement.joint_noise:
+            return "placement.joint_noise", (
+                "only the two-arm generator draws joint noise (task.two_arm); expected 0 on "
+                "one arm, whose objects are placed instead (placement.objects)"
+            )
         return None
     for dotted, (value, meaning) in TWO_ARM_ONLY.items():
         node = spec

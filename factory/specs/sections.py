@@ -309,6 +309,15 @@ class PlacementSpec(StrictModel):
     min_separation: float = Field(
         0.0, ge=0.0, description="Metres between object centres (xy), enforced by rejection."
     )
+    joint_noise: float = Field(
+        0.0,
+        ge=0.0,
+        le=0.3,
+        description="Two arms (task.two_arm): radians; each attempt offsets every arm joint of "
+        "both robots from the first seed demo's start by a uniform draw in [-joint_noise, "
+        "joint_noise] (robosuite's initialization_noise, type uniform; its default magnitude is "
+        "0.02). What varies a task whose objects ride on the hands (TwoArmPegInHole). 0: none.",
+    )
 
 
 class AdrSpec(StrictModel):

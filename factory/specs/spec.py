@@ -386,6 +386,7 @@ ADDED_LATER: dict[str, object] = {
     "subtasks[].after": None,
     "task.two_arm": None,
     "script.arms": None,
+    "placement.joint_noise": 0.0,
 }
 
 

@@ -345,3 +345,20 @@ def test_a_two_arm_layout_is_split_into_arm_and_hand_parts():
         True,
     ]
     assert arm_parts(_parts(one_action, action=True)) is None  # one arm: the fine parts stay
+
+
+def test_a_two_arm_layout_without_grippers_has_arm_parts_only():
+    """TwoArmPegInHole's bare wrists: each arm's eef pose (state) and its delta (action), no
+    hand part (demofactory.simulation.bimanual.arm_proprio_layout(0), arm_action_layout(False))."""
+    from demofactory.shards.export_gr00t import _parts, arm_parts, gr00t_state_layout
+    from demofactory.simulation.bimanual import arm_action_layout, arm_layout, arm_proprio_layout
+
+    arms = ("right", "left")
+    state_layout = arm_layout(arm_proprio_layout(0), arms)
+    action_layout = arm_layout(arm_action_layout(False), arms)
+    state = arm_parts(_parts(gr00t_state_layout(state_layout), action=False))
+    action = arm_parts(_parts(action_layout, action=True))
+    assert sorted(state) == sorted(action) == ["left_arm", "right_arm"]
+    assert (state["left_arm"]["start"], state["left_arm"]["end"]) == (7, 14)
+    assert (action["left_arm"]["start"], action["left_arm"]["end"]) == (6, 12)
+    assert not action["right_arm"]["absolute"] and not action["left_arm"]["absolute"]

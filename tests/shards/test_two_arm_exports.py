@@ -1,6 +1,7 @@
 """A generated two-arm dataset (TwoArmLift, three cameras: a front view and both wrist cameras)
 exported by the real LeRobot and GR00T exporters: per-arm names, both wrist cameras, and GR00T's
-right/left arm and hand parts covering every dimension once, with the right `absolute` flags."""
+right/left arm and hand parts covering every dimension once, with the right `absolute` flags;
+and one of arms without grippers (TwoArmPegInHole): arm parts only."""
 
 from __future__ import annotations
 
@@ -77,3 +78,26 @@ def test_preview_labels_each_wrist_camera_by_its_arm(two_arm_dataset, tmp_path):
         "robot1_eye_in_hand (left wrist)",
     ]
     assert write_contact_sheet(two_arm_dataset, tmp_path / "sheet.png").exists()
+
+
+PEG = Path(__file__).parents[2] / "scene_specs" / "two_arm_peg_in_hole.yaml"
+
+
+def test_arms_without_grippers_export_arm_parts_only(ray_cluster, tmp_path):
+    """TwoArmPegInHole's bare wrists: per-arm names of 7 state and 6 action columns, and GR00T's
+    right_arm / left_arm parts covering every dimension once (no hand parts)."""
+    out = tmp_path / "peg"
+    args = ["run", str(PEG), "--out", str(out), "--attempts", "1", "--workers", "1"]
+    assert main([*args, "--no-progress"]) == 0
+    assert export_lerobot(out, tmp_path / "lerobot")["episodes"] == 1
+    features = json.loads((tmp_path / "lerobot/meta/info.json").read_text())["features"]
+    state, action = features["observation.state"], features["action"]
+    assert state["shape"] == [14] and action["shape"] == [12]
+    assert state["names"][7] == "left_eef_pos_0" and action["names"][6] == "left_delta_pos_0"
+    export_gr00t(out, tmp_path / "gr00t")
+    modality = json.loads((tmp_path / "gr00t/meta/modality.json").read_text())
+    for key, width in (("state", 14), ("action", 12)):
+        parts = modality[key]
+        assert set(parts) == {"right_arm", "left_arm"}
+        covered = sorted(i for p in parts.values() for i in range(p["start"], p["end"]))
+        assert covered == list(range(width))  # every dimension once

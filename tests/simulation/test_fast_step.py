@@ -335,3 +335,37 @@ def test_a_two_arm_controller_it_cannot_reproduce_falls_back_with_the_reason():
         PairStepper(env)
     stepper, why = _fast_stepper(env)  # what a TwoArmScene adopts: env.step, and why
     assert stepper is None and "base reference frame" in why
+
+
+TWO_ARM_PEG = SPECS / "two_arm_peg_in_hole.yaml"
+
+
+def test_two_arm_fast_steps_follow_env_step_without_grippers():
+    """TwoArmPegInHole's robots have bare wrists (robosuite's NullGripper): no gripper
+    controller, actuator or action column; each robot's part of the action is 6 wide."""
+    from demofactory.simulation.bimanual import TwoArmScene
+    from demofactory.simulation.fast_step import PairStepper
+
+    scene = TwoArmScene(load_spec(TWO_ARM_PEG))
+    assert scene.fast_control and scene.fast_control_note == "", scene.fast_control_note
+    fast = PairStepper(scene.env)
+    assert [part.has_gripper for part in fast.parts] == [False, False]
+    assert fast.action_dim == scene.action_dim == 12
+    actions = np.random.default_rng(5).uniform(-1, 1, (23, 12))
+    scene.env.reset()
+    for action in actions[:3]:  # past robosuite's cached first step after a reset
+        scene.env.step(action)
+    start, reference, ours, _ = _two_arm_both_ways(scene, fast, actions[3:])
+    np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-9)
+    for robot in scene.env.robots:  # both arms moved
+        joints = np.asarray(robot._ref_joint_pos_indexes)
+        assert np.abs(ours[-1][1 + joints] - start[1 + joints]).max() > 1e-3
+    # the compiled substeps are the Python loop's, bit for bit
+    scene.reset()
+    begin = scene.snapshot()
+    runs = {}
+    for compiled in (True, False):
+        scene.restore(begin)
+        fast.compiled = compiled
+        runs[compiled] = [fast.step(a) or scene.get_state() for a in actions[:8]]
+    np.testing.assert_array_equal(np.array(runs[True]), np.array(runs[False]))

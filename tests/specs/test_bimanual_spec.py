@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +139,13 @@ def test_one_arm_fingerprints_ignore_the_new_fields_at_their_defaults():
             "script.arms.middle",
             "unknown arm",
         ),
+        # joint noise is the two-arm generator's: one arm places its objects instead
+        (
+            "lift.yaml",
+            lambda raw: raw.setdefault("placement", {}).update(joint_noise=0.02),
+            "placement.joint_noise",
+            "only the two-arm generator draws joint noise",
+        ),
     ],
 )
 def test_bad_arms_name_the_field_and_what_was_expected(tmp_path, base, mutate, field, expected):
@@ -243,3 +251,90 @@ def test_validate_says_which_loop_two_arm_steps_take(tmp_path):
     slow = factory(tmp_path, "validate", TWO_ARM, "--set", "task.fast_control=false")
     assert slow.returncode == 0, slow.stderr
     assert "control: robosuite env.step (task.fast_control: false)" in slow.stdout
+
+
+PEG = SPECS / "two_arm_peg_in_hole.yaml"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "expected"),
+    [
+        # a gripper predicate on a bare wrist: refused before any env is built
+        (
+            lambda raw: raw["subtasks"][0].update(ends_when="grasped(peg)"),
+            "subtasks[0].ends_when",
+            "TwoArmPegInHole builds its robots without grippers: grasped(...) needs the right",
+        ),
+        (
+            lambda raw: raw["subtasks"][1].update(ends_when="all(touching(hand, peg))"),
+            "subtasks[1].ends_when",
+            "touching(...) needs the left arm's gripper",
+        ),
+        (
+            lambda raw: raw["script"]["arms"]["left"][0].update(gripper="close"),
+            "script.arms.left[0].gripper",
+            "nothing to close",
+        ),
+    ],
+)
+def test_a_gripper_on_bare_wrists_is_one_line_exit_2(tmp_path, mutate, field, expected):
+    path = write(tmp_path, PEG, mutate)
+    one_error_line(factory(tmp_path, "validate", path), f"error: {path}: {field}: ", expected)
+
+
+def test_bare_wrists_have_no_gripper_parts_in_dataset_info_and_stats(tmp_path):
+    spec = load_spec(PEG)
+    info = dataset_info(spec, state_size=29)
+    assert info["state"]["layout"] == [
+        ["right_eef_pos", 3],
+        ["right_eef_quat_xyzw", 4],
+        ["left_eef_pos", 3],
+        ["left_eef_quat_xyzw", 4],
+    ]
+    assert info["state"]["dim"] == 14 and info["action"]["dim"] == 12
+    assert [n for n, _ in info["action"]["layout"]][2:] == [
+        "left_delta_pos",
+        "left_delta_axis_angle",
+    ]
+    assert info["embodiments"]["Panda"]["action"]["dim"] == 12
+    assert info["embodiments"]["Panda"]["state"]["dim"] == 14
+    save_dataset_info(tmp_path, info)
+    rows = {"state": np.arange(28.0).reshape(2, 14), "action": np.arange(24.0).reshape(2, 12)}
+    stats = {
+        key: KeyStats(
+            mean=list(a.mean(0)),
+            std=list(a.std(0)),
+            min=list(a.min(0)),
+            max=list(a.max(0)),
+            q01=list(a.min(0)),
+            q99=list(a.max(0)),
+            count=2,
+        )
+        for key, a in rows.items()
+    }
+    arms = arm_stats(tmp_path, stats)["arms"]
+    assert arms["left"]["action"]["dims"] == [6, 12] and arms["left"]["state"]["dims"] == [7, 14]
+    # TwoArmLift keeps its grippers: 7 and 9 per arm
+    assert dataset_info(load_spec(TWO_ARM), state_size=50)["action"]["dim"] == 14
+
+
+def test_a_two_arm_demo_is_refused_by_its_action_width_before_and_after_the_env():
+    from demofactory.errors import UserError
+    from demofactory.generators.records import SeedDemo
+    from demofactory.seeds.annotate_bimanual import check_two_arm_actions
+
+    spec = load_spec(PEG)
+    demo = SeedDemo(
+        name="demo_1",
+        source=Path("seed.hdf5"),
+        env_name="TwoArmPegInHole",
+        states=np.zeros((2, 29)),
+        actions=np.zeros((2, 7)),
+    )
+    with pytest.raises(UserError, match="7 wide, expected 14 or 12 .7 per arm, or 6 for arms"):
+        check_two_arm_actions(spec, demo)
+    check_two_arm_actions(spec, replace(demo, actions=np.zeros((2, 14))))  # the file alone: ok
+    with pytest.raises(UserError, match="14 wide, expected 12 .right 6, left 6"):  # the env
+        check_two_arm_actions(
+            spec, replace(demo, actions=np.zeros((2, 14))), {"right": 6, "left": 6}
+        )
