@@ -85,8 +85,14 @@ def test_place_shift_moves_a_box_off_the_divider(pick_place):
 @pytest.mark.slow
 def test_pick_place_human_puts_the_cereal_down_in_its_quadrant(pick_place):
     spec, resolved = pick_place
-    plan = AttemptPlan(0, 0, attempt_seed(spec.seed, 0, 0))
-    lowered = generate_attempt(resolved.scene, resolved.demos, plan, resolved.params)
+    # The first success of the shard (about half the attempts succeed): which attempt it is
+    # moves with any change to the start state (attempt 2 since depenetration takes each pair's
+    # deepest contact; 16 of 30 succeed, 17 before).
+    for i in range(8):
+        plan = AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i))
+        lowered = generate_attempt(resolved.scene, resolved.demos, plan, resolved.params)
+        if lowered.success:
+            break
     placed = {p["object"]: p["moved"] for p in lowered.provenance["placed"]}
     assert placed["cereal"][0] < 0  # moved off the divider
     assert placed["can"][2] < -0.05  # the person dropped the can from 10+ cm
