@@ -25,11 +25,8 @@ import time
 from pathlib import Path
 
 import demofactory  # noqa: F401  (selects the GL backend before robosuite)
-from demofactory.build.seed_dataset import write_seed_dataset
-from demofactory.seeds.resolve import resolve_spec
 from demofactory.specs.spec import load_spec
 from demofactory.train.config import TrainEvalConfig
-from demofactory.train.train_eval import train_eval
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "scene_specs/two_arm_lift.yaml"
@@ -52,25 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def compare(spec_path: Path, data: Path, config: TrainEvalConfig) -> dict:
     """Seeds-only against generated data: both train-eval reports and the gain."""
+    from bench_policy import train_both  # benchmarks/bench_policy.py: the one-arm proof's
+
     start = time.perf_counter()
-    resolved = resolve_spec(load_spec(spec_path))
-    seeds_dir = data.with_name(data.name + "-seeds")
-    seeds = write_seed_dataset(resolved, seeds_dir)
-
-    def log(line: str) -> None:
-        if not line.startswith(("step ", "rollout ")):
-            print(f"[two-arm] {line}", file=sys.stderr, flush=True)
-
-    arms, wall = {}, {}
-    for arm, dataset in (("seeds_only", seeds_dir), ("generated", data)):
-        print(f"[two-arm] {arm}: {dataset}", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        report = train_eval(dataset, resolved, config, log=log)
-        wall[arm] = round(time.perf_counter() - t0, 1)
-        arms[arm] = {
-            **{k: v for k, v in report.items() if k != "observation"},
-            "observation_dim": report["observation"]["dim"],
-        }
+    resolved, seeds, arms, wall = train_both(spec_path, data, config, "two-arm")
     generated, baseline = arms["generated"], arms["seeds_only"]
     gain = round((generated["success_rate"] or 0) - (baseline["success_rate"] or 0), 4)
     return {

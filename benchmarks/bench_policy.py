@@ -65,26 +65,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def compare(task: str, data: Path, config: TrainEvalConfig) -> dict:
-    """Seeds-only against generated data for one task: both train-eval reports and the gain."""
-    start = time.perf_counter()
-    spec_path = SPECS[task]
+def train_both(spec_path: Path, data: Path, config: TrainEvalConfig, label: str):
+    """The spec's seed demos written as a dataset (DATA-seeds, `factory seeds`' writer), then
+    the same train-eval recipe on it and on the generated DATA, rolled out from the same
+    evaluation seeds: (resolved spec, the seeds dataset's summary, {arm: report without its
+    observation layout}, {arm: wall seconds}). Also `bench_bimanual_policy.py`'s."""
     resolved = resolve_spec(load_spec(spec_path))
     seeds_dir = data.with_name(data.name + "-seeds")
     seeds = write_seed_dataset(resolved, seeds_dir)
 
     def log(line: str) -> None:
         if not line.startswith(("step ", "rollout ")):
-            print(f"[{task}] {line}", file=sys.stderr, flush=True)
+            print(f"[{label}] {line}", file=sys.stderr, flush=True)
 
-    arms = {}
+    arms, wall = {}, {}
     for arm, dataset in (("seeds_only", seeds_dir), ("generated", data)):
-        print(f"[{task}] {arm}: {dataset}", file=sys.stderr, flush=True)
+        print(f"[{label}] {arm}: {dataset}", file=sys.stderr, flush=True)
+        start = time.perf_counter()
         report = train_eval(dataset, resolved, config, log=log)
+        wall[arm] = round(time.perf_counter() - start, 1)
         arms[arm] = {
             **{k: v for k, v in report.items() if k != "observation"},
             "observation_dim": report["observation"]["dim"],
         }
+    return resolved, seeds, arms, wall
+
+
+def compare(task: str, data: Path, config: TrainEvalConfig) -> dict:
+    """Seeds-only against generated data for one task: both train-eval reports and the gain."""
+    start = time.perf_counter()
+    spec_path = SPECS[task]
+    _, seeds, arms, _ = train_both(spec_path, data, config, task)
     generated, baseline = arms["generated"], arms["seeds_only"]
     target = TARGETS[task]
     return {
