@@ -119,6 +119,8 @@ def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
         rows.append(
             {
                 "index": i,
+                "name": sub.get("name"),
+                "arm": sub.get("arm"),
                 "object": sub["object"],
                 "ends_when": sub["ends_when"] or "success",
                 **{
@@ -128,6 +130,11 @@ def _subtask_table(specs: list[dict], shards: list[dict]) -> list[dict]:
             }
         )
     return rows
+
+
+def _subtask_label(row: dict) -> str:
+    """A subtask's arm and name as the spec gives them ('right right_grasp'; '' for neither)."""
+    return " ".join(str(part) for part in (row.get("arm"), row.get("name")) if part)
 
 
 def format_summary(summary: dict) -> str:
@@ -162,11 +169,14 @@ def format_summary(summary: dict) -> str:
         ("cameras", ", ".join(summary["cameras"]) or "none (low-dimensional)"),
         ("wall time", f"{summary['wall_s']:.1f} s"),
     ]
+    named = any(row.get("name") or row.get("arm") for row in summary["subtasks"])
+    width = max((len(_subtask_label(row)) for row in summary["subtasks"]), default=0)
     for row in summary["subtasks"]:
         rows.append(
             (
                 f"subtask {row['index']}",
-                f"{row['ends_when']:<22} reached {row['reached']:>5}  "
+                (f"{_subtask_label(row):<{width}}  " if named else "")
+                + f"{row['ends_when']:<22} reached {row['reached']:>5}  "
                 f"failed {row['failed']:>5}  retries {row['retries']:>5}"
                 + (
                     f"  planning fell back {row['fallbacks']:>5}"

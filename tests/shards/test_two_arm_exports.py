@@ -83,6 +83,21 @@ def test_preview_labels_each_wrist_camera_by_its_arm(two_arm_dataset, tmp_path):
 PEG = Path(__file__).parents[2] / "scene_specs" / "two_arm_peg_in_hole.yaml"
 
 
+def test_inspect_names_each_subtask_and_its_arm(two_arm_dataset):
+    from demofactory.build.report import format_summary, summarize
+
+    summary = summarize(two_arm_dataset)
+    assert [(row["arm"], row["name"]) for row in summary["subtasks"]] == [
+        ("right", "right_grasp"),
+        ("left", "left_grasp"),
+        ("right", "right_lift"),
+        ("left", "left_lift"),
+    ]
+    lines = [line for line in format_summary(summary).splitlines() if line.startswith("subtask")]
+    assert lines[0].split()[:5] == ["subtask", "0", "right", "right_grasp", "grasped(pot)"]
+    assert lines[3].split()[:4] == ["subtask", "3", "left", "left_lift"]
+
+
 def test_arms_without_grippers_export_arm_parts_only(ray_cluster, tmp_path):
     """TwoArmPegInHole's bare wrists: per-arm names of 7 state and 6 action columns, and GR00T's
     right_arm / left_arm parts covering every dimension once (no hand parts)."""
