@@ -49,10 +49,10 @@ def check_two_arm_actions(spec: SceneSpec, demo: SeedDemo, widths: dict | None =
     scene's); None (before any env is built): 7 per arm, or 6 per arm (arms without grippers)."""
     arms = arm_names(spec.task)
     if widths is None:
-        allowed = {ARM_ACTION * len(arms): ARM_ACTION, ARM_WITHOUT_GRIPPER * len(arms): 6}
+        allowed = (ARM_ACTION * len(arms), ARM_WITHOUT_GRIPPER * len(arms))
         what = f"{ARM_ACTION} per arm, or {ARM_WITHOUT_GRIPPER} for arms without grippers"
     else:
-        allowed = {sum(widths.values()): None}
+        allowed = (sum(widths.values()),)
         what = ", ".join(f"{arm} {widths[arm]}" for arm in arms)
     if demo.actions.shape[1] not in allowed:
         expected = " or ".join(str(w) for w in allowed)

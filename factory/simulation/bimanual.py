@@ -194,8 +194,7 @@ class TwoArmScene(Scene):
         """[3, 3] world rotation of the base of the robot carrying `arm` (identity for robots
         facing +x; robosuite's `opposed` pair faces +y and -y)."""
         robot = self.env.robots[self.arms.index(arm)]
-        body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, robot.robot_model.root_body)
-        return self.data.xmat[body].reshape(3, 3).copy()
+        return self.data.xmat[self._body(robot.robot_model.root_body)].reshape(3, 3).copy()
 
     def eef_pose_of(self, arm: str) -> np.ndarray:
         """[4, 4] `arm`'s grip-site pose (`eef_pose` with `arm` as the hand, read directly:
