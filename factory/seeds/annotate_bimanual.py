@@ -22,7 +22,7 @@ from demofactory.errors import SpecError, UserError
 from demofactory.generators.predicates import parse_predicate
 from demofactory.generators.records import BimanualDemo, SeedDemo
 from demofactory.seeds.annotate import MIN_RUN
-from demofactory.seeds.demos import load_seed_demos
+from demofactory.seeds.demos import load_seed_demos, recorded_env_configuration
 from demofactory.simulation.bimanual import ARM_ACTION, arm_action_layout
 from demofactory.specs.arms import arm_names, subtask_arm
 from demofactory.specs.spec import SceneSpec
@@ -35,10 +35,33 @@ def load_two_arm_demos(spec: SceneSpec) -> list[SeedDemo]:
         path = spec.resolve_path(rel)
         if not path.is_file():
             raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
-        for demo in load_seed_demos(path, arms=len(arm_names(spec.task))):
+        file_demos = load_seed_demos(path, arms=len(arm_names(spec.task)))
+        check_recorded_like_spec(spec, i, path, file_demos[0])
+        for demo in file_demos:
             check_two_arm_actions(spec, demo)
             demos.append(demo)
     return demos
+
+
+def check_recorded_like_spec(spec: SceneSpec, index: int, path, demo: SeedDemo) -> None:
+    """A SpecError unless seed file `index` was recorded in the spec's env, with its robot pair
+    in its layout, where the file says: a state restored into another layout or robot has
+    the arms elsewhere, and every subtask would fail to be found for no visible reason."""
+    task, field = spec.task, f"seed_demos[{index}]"
+    configuration = recorded_env_configuration(path)
+    for name, recorded, expected in (
+        ("task.env", demo.env_name, task.env),
+        ("task.robot", demo.robot, task.robot),
+        ("task.two_arm.configuration", configuration, task.two_arm.configuration),
+    ):
+        if recorded and recorded != expected:
+            raise SpecError(
+                spec.path,
+                field,
+                f"{path.name} was recorded with {recorded!r} where the spec's {name} is "
+                f"{expected!r}; expected seed demos recorded as the spec says (record them "
+                "again with factory script or factory collect)",
+            )
 
 
 ARM_WITHOUT_GRIPPER = sum(n for _, n in arm_action_layout(False))  # 6

@@ -105,6 +105,25 @@ def _fixture_poses(path: Path, group: h5py.Group, name: str) -> dict[str, list[f
     return {str(k): [float(x) for x in v] for k, v in poses.items()}
 
 
+def recorded_env_configuration(path: Path) -> str:
+    """The two-arm layout a file was recorded in: `env_configuration` of robosuite's `env_info`
+    (or robomimic's `env_args.env_kwargs`); "" when the file does not say. Read after
+    `load_seed_demos`, which has checked the file."""
+    with h5py.File(path, "r") as f:
+        attrs = f["data"].attrs
+        for key, inner in (("env_info", ()), ("env_args", ("env_kwargs",))):
+            try:
+                info = json.loads(attrs[key]) if key in attrs else {}
+                for name in inner:
+                    info = info.get(name, {})
+                value = info.get("env_configuration")
+            except (TypeError, ValueError, AttributeError):
+                continue
+            if isinstance(value, str) and value:
+                return value
+    return ""
+
+
 def _env_name(attrs) -> str:
     if "env_args" in attrs:  # robomimic
         try:

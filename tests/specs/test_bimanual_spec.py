@@ -182,6 +182,33 @@ def test_a_one_arm_demo_given_to_a_two_arm_spec_is_refused(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "recorded"),
+    [
+        ("configuration", "opposed", "'parallel'"),
+        ("robot", "Sawyer", "'Panda'"),
+        ("env", "TwoArmHandover", "'TwoArmLift'"),
+    ],
+)
+def test_seed_demos_recorded_otherwise_than_the_spec_are_refused(tmp_path, field, value, recorded):
+    """A pair's layout, robot or env other than the file's: one line naming the seed file and
+    the spec field, before any env is built (restored elsewhere, every subtask would vanish)."""
+
+    def change(raw):
+        if field == "configuration":
+            raw["task"]["two_arm"]["configuration"] = value
+        else:
+            raw["task"][field] = value
+
+    path = write(tmp_path, TWO_ARM, change)
+    name = "task.two_arm.configuration" if field == "configuration" else f"task.{field}"
+    one_error_line(
+        factory(tmp_path, "validate", path),
+        "seed_demos[0]: two_arm_lift_scripted.hdf5 was recorded with " + recorded,
+        f"the spec's {name} is '{value}'",
+    )
+
+
 def test_dataset_info_and_stats_give_each_arm_its_own_parts(tmp_path):
     spec = load_spec(TWO_ARM)
     info = dataset_info(spec, state_size=50)
