@@ -45,7 +45,8 @@ from demofactory.generators.records import Attempt, BimanualDemo
 
 @dataclass
 class _Segment:
-    """What one arm executes next: poses [K, 4, 4] and gripper commands [K], the first `bridge`
+    """What one arm executes next: poses [K, 4, 4] and gripper commands [K, columns] (a
+    parallel gripper's 1, a hand's joint targets, none on a bare wrist), the first `bridge`
     of them the bridge from where the arm was."""
 
     index: int  # spec subtask index
@@ -67,7 +68,7 @@ class _Arm:
         self.position = 0  # into queue
         self.segment: _Segment | None = None
         self.hold: np.ndarray | None = None  # the last target (None: where the arm is)
-        self.grip = -1.0
+        self.grip: np.ndarray | None = None  # the last gripper command (None: open)
 
     @property
     def finished(self) -> bool:
@@ -251,7 +252,7 @@ class _TwoArmRollout:
         if self.gen.fixed_steps:
             bridge = np.concatenate([bridge, np.repeat(bridge[-1:], self.gen.fixed_steps, 0)])
         poses = np.concatenate([bridge, targets])
-        grips = np.concatenate([np.full(len(bridge), grips[0]), grips])
+        grips = np.concatenate([np.repeat(grips[:1], len(bridge), axis=0), grips])
         arm.segment = _Segment(index, poses, grips, len(bridge))
         arm.position += 1
         self.provenance["order"].append(index)
@@ -264,17 +265,20 @@ class _TwoArmRollout:
         for arm in self.arms:
             seg = arm.segment
             if seg is not None:
-                target, grip = seg.poses[seg.step], float(seg.grips[seg.step])
+                target, grip = seg.poses[seg.step], seg.grips[seg.step]
                 noisy = self.gen.noise_during_interpolation or seg.step >= seg.bridge
             else:  # waiting or finished: hold the last target and gripper command
                 if arm.hold is None:
                     arm.hold = scene.eef_pose_of(arm.name)
-                target, grip, noisy = arm.hold, arm.grip, False
+                grip = arm.grip
+                if grip is None:  # nothing replayed yet: open (-1 in every column)
+                    grip = -np.ones(scene.hand_width_of(arm.name))
+                target, noisy = arm.hold, False
             max_dpos, max_drot, frame = scene.controller_limits_of(arm.name)
             now = scene.eef_pose_of(arm.name)
             action = pose_to_delta_action(target, now, max_dpos, max_drot, frame)
-            if scene.has_gripper_of(arm.name):  # a bare wrist (TwoArmPegInHole) takes none
-                action = np.append(action, grip)
+            # a bare wrist (TwoArmPegInHole) has no columns; a hand one per finger DoF
+            action = np.append(action, grip)
             if noisy and self.gen.action_noise > 0:
                 action = add_action_noise(action[None], self.gen.action_noise, self.rng)[0]
             parts.append(action)
@@ -304,7 +308,7 @@ class _TwoArmRollout:
         seg = arm.segment
         if seg is None:
             return
-        arm.hold, arm.grip = seg.poses[seg.step], float(seg.grips[seg.step])
+        arm.hold, arm.grip = seg.poses[seg.step], seg.grips[seg.step]
         seg.step += 1
         if not seg.done:
             return

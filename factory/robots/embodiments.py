@@ -74,6 +74,16 @@ def gripper_joints(robot: str) -> int:
     return len(GRIPPER_MAPPING[model.default_gripper[model.arms[0]]]().joints)
 
 
+def gripper_dof(robot: str) -> int:
+    """Command columns of `robot`'s default gripper: 1 for a parallel gripper, 6 for GR-1's
+    Fourier hands (robosuite's `dof`), from its models without building an env."""
+    import robosuite.models.robots as robot_models
+    from robosuite.models.grippers import GRIPPER_MAPPING
+
+    model = getattr(robot_models, robot)()
+    return int(GRIPPER_MAPPING[model.default_gripper[model.arms[0]]]().dof)
+
+
 def state_layout(robot: str) -> list[list]:
     """[[name, width], ...] of `robot`'s proprio state (eef pose, then its gripper joints)."""
     return [[k, gripper_joints(robot) if k == "gripper_qpos" else n] for k, n in PROPRIO_LAYOUT]

@@ -17,8 +17,10 @@ PADS = ("left_fingerpad", "right_fingerpad")
 
 
 @functools.cache
-def robot_problem(name: str) -> str | None:
-    """Why robosuite's robot `name` cannot be `task.robot`; None when it can."""
+def robot_problem(name: str, arms: int = 1) -> str | None:
+    """Why robosuite's robot `name` cannot be `task.robot`; None when it can. `arms`: 2 for a
+    two-armed robot of its own (task.two_arm.configuration single-robot: GR1ArmsOnly), whose
+    hands may be dexterous (a multi-finger hand grasps with its thumb and fingers)."""
     import robosuite
     import robosuite.models.robots as robot_models
     from robosuite.models.grippers import GRIPPER_MAPPING
@@ -26,42 +28,66 @@ def robot_problem(name: str) -> str | None:
 
     if name not in robosuite.ALL_ROBOTS:
         return "robosuite has no such robot"
+    from robosuite.robots import LeggedRobot
+
     kind = ROBOT_CLASS_MAPPING.get(name)
-    if kind is None or not issubclass(kind, FixedBaseRobot):
+    model = getattr(robot_models, name)() if kind is not None else None
+    # robosuite's GR1ArmsOnly and GR1FixedLowerBody are LeggedRobots whose base is fixed (no
+    # free joint, no leg joints): two arms on a fixed torso, which single-robot takes
+    fixed_legged = (
+        arms == 2
+        and kind is not None
+        and issubclass(kind, LeggedRobot)
+        and "Floating" not in name
+        and not any(j.get("type") == "free" for j in model.worldbody.iter("joint"))
+        and not any(
+            "leg" in (j.get("name") or "") or "knee" in (j.get("name") or "")
+            for j in model.worldbody.iter("joint")
+        )
+    )
+    if kind is None or not (issubclass(kind, FixedBaseRobot) or fixed_legged):
         what = kind.__name__ if kind is not None else "no robot class"
         return f"not a fixed-base arm ({what})"
-    model = getattr(robot_models, name)()
-    if len(model.arms) != 1:
-        return f"{len(model.arms)} arms (bimanual)"
-    gripper_name = model.default_gripper[model.arms[0]]
-    gripper = GRIPPER_MAPPING[gripper_name]()
-    if gripper.dof != 1:
-        return f"its hand {gripper_name} is dexterous ({gripper.dof} actuated DoF)"
-    geoms = {g.get("name") for g in gripper.worldbody.iter("geom")}
-    for side in PADS:
-        names = gripper.important_geoms.get(side, [])
-        if not names or not set(names) <= geoms:
-            return f"its gripper {gripper_name} has no {side.replace('_', ' ')} geoms to grasp with"
+    if len(model.arms) != arms:
+        return f"{len(model.arms)} arm{'s' * (len(model.arms) > 1)}" + (
+            " (bimanual)" if len(model.arms) > 1 else ""
+        )
+    for side in model.arms:
+        gripper_name = model.default_gripper[side]
+        gripper = GRIPPER_MAPPING[gripper_name]()
+        if gripper.dof != 1 and arms == 1:
+            return f"its hand {gripper_name} is dexterous ({gripper.dof} actuated DoF)"
+        geoms = {g.get("name") for g in gripper.worldbody.iter("geom")}
+        for pads in PADS:
+            names = gripper.important_geoms.get(pads, [])
+            if not names or not set(names) <= geoms:
+                what = pads.replace("_", " ")
+                return f"its gripper {gripper_name} has no {what} geoms to grasp with"
     return None
 
 
 @functools.cache
-def supported_robots() -> tuple[str, ...]:
-    """Every robosuite robot `task.robot` may name (single arm, fixed base, finger pads)."""
+def supported_robots(arms: int = 1) -> tuple[str, ...]:
+    """Every robosuite robot `task.robot` may name (fixed base, finger pads): single-arm ones,
+    or with `arms` 2 the two-armed ones (task.two_arm single-robot)."""
     import robosuite
 
-    return tuple(sorted(r for r in robosuite.ALL_ROBOTS if robot_problem(r) is None))
+    return tuple(sorted(r for r in robosuite.ALL_ROBOTS if robot_problem(r, arms) is None))
 
 
-def check_robot(where, name: str, field: str = "task.robot") -> None:
+def check_robot(where, name: str, field: str = "task.robot", arms: int = 1) -> None:
     """A SpecError naming `field` and the robots that work, unless `name` is one of them."""
-    problem = robot_problem(name)
+    problem = robot_problem(name, arms)
     if problem is not None:
+        what = (
+            "a single-arm robot with a parallel gripper"
+            if arms == 1
+            else "a fixed-base robot with two arms of its own (task.two_arm single-robot)"
+        )
         raise SpecError(
             where,
             field,
-            f"{name!r}: {problem}; expected a single-arm robot with a parallel gripper, one of: "
-            f"{', '.join(supported_robots())}",
+            f"{name!r}: {problem}; expected {what}, one of: {', '.join(supported_robots(arms))}",
         )
 
 

@@ -23,8 +23,8 @@ from demofactory.generators.predicates import parse_predicate
 from demofactory.generators.records import BimanualDemo, SeedDemo
 from demofactory.seeds.annotate import MIN_RUN
 from demofactory.seeds.demos import load_seed_demos, recorded_env_configuration
-from demofactory.simulation.bimanual import ARM_ACTION, arm_action_layout
-from demofactory.specs.arms import arm_names, subtask_arm
+from demofactory.simulation.bimanual import arm_action_layout
+from demofactory.specs.arms import arm_names, robot_list, subtask_arm
 from demofactory.specs.spec import SceneSpec
 
 
@@ -35,7 +35,9 @@ def load_two_arm_demos(spec: SceneSpec) -> list[SeedDemo]:
         path = spec.resolve_path(rel)
         if not path.is_file():
             raise SpecError(spec.path, f"seed_demos[{i}]", f"file not found: {path}")
-        file_demos = load_seed_demos(path, arms=len(arm_names(spec.task)))
+        file_demos = load_seed_demos(
+            path, arms=len(arm_names(spec.task)), robots=len(robot_list(spec.task))
+        )
         check_recorded_like_spec(spec, i, path, file_demos[0])
         for demo in file_demos:
             check_two_arm_actions(spec, demo)
@@ -72,8 +74,14 @@ def check_two_arm_actions(spec: SceneSpec, demo: SeedDemo, widths: dict | None =
     scene's); None (before any env is built): 7 per arm, or 6 per arm (arms without grippers)."""
     arms = arm_names(spec.task)
     if widths is None:
-        allowed = (ARM_ACTION * len(arms), ARM_WITHOUT_GRIPPER * len(arms))
-        what = f"{ARM_ACTION} per arm, or {ARM_WITHOUT_GRIPPER} for arms without grippers"
+        from demofactory.robots.embodiments import gripper_dof
+
+        hand = gripper_dof(spec.task.robot)
+        allowed = ((ARM_WITHOUT_GRIPPER + hand) * len(arms), ARM_WITHOUT_GRIPPER * len(arms))
+        what = (
+            f"{ARM_WITHOUT_GRIPPER + hand} per arm, or {ARM_WITHOUT_GRIPPER} for arms without "
+            "grippers"
+        )
     else:
         allowed = (sum(widths.values()),)
         what = ", ".join(f"{arm} {widths[arm]}" for arm in arms)
@@ -110,13 +118,9 @@ def annotate_two_arm_demo(scene, demo: SeedDemo) -> BimanualDemo:
     subtasks = list(spec.subtasks)
     predicates = [parse_predicate(s.ends_when) if s.ends_when else None for s in subtasks]
     eef = {arm: np.empty((count, 4, 4)) for arm in scene.arms}
-    # each arm's gripper command (zeros for an arm without a gripper: it has none)
-    grips = {
-        arm: demo.actions[:, scene.action_slices[arm].stop - 1].copy()
-        if scene.has_gripper_of(arm)
-        else np.zeros(count)
-        for arm in scene.arms
-    }
+    # each arm's gripper command [T, columns]: 1 column for a parallel gripper, one per
+    # actuated finger DoF for a hand (GR-1's: 6), none for an arm without a gripper
+    grips = {arm: demo.actions[:, scene.grip_columns(arm)].copy() for arm in scene.arms}
     objects = {name: np.empty((count, 4, 4)) for name in spec.objects}
     holds = np.zeros((count, len(subtasks)), dtype=bool)
     scene.reset(demo.fixture_poses)
@@ -126,7 +130,7 @@ def annotate_two_arm_demo(scene, demo: SeedDemo) -> BimanualDemo:
         scene.set_state(demo.states[t])
         for arm in scene.arms:
             if scene.has_gripper_of(arm):
-                scene._closed[arm] = bool(grips[arm][t] * scene.gripper_sign > 0)
+                scene._closed[arm] = bool(grips[arm][t].mean() * scene.gripper_sign > 0)
             eef[arm][t] = scene.eef_pose_of(arm)
         for name in spec.objects:
             objects[name][t] = scene.object_pose(name)

@@ -37,6 +37,7 @@ from demofactory.robots import repairs as robot_repairs
 from demofactory.seeds.script import check_output, env_info
 from demofactory.simulation.bimanual import TwoArmScene
 from demofactory.simulation.scene import Scene
+from demofactory.specs.arms import robot_list
 from demofactory.specs.spec import SceneSpec
 
 HOLD_STEPS = 10  # as robosuite's collect_human_demonstrations: success held this long ends a demo
@@ -73,11 +74,12 @@ def make_collect_env(spec: SceneSpec, viewer: bool):
     robot_repairs.require_installed()  # the hands and arms generation builds (make_env)
     controller = load_composite_controller_config(controller="BASIC", robot=spec.task.robot)
     pair = {}
-    if spec.task.two_arm is not None:  # a pair of task.robot, as generation builds it (make_env)
+    if spec.task.two_arm is not None and spec.scene is None:  # as generation builds it (make_env)
         pair = {"env_configuration": spec.task.two_arm.configuration}
+    robots = robot_list(spec.task)
     return robosuite.make(
         spec.task.env,
-        robots=spec.task.robot if spec.task.two_arm is None else [spec.task.robot] * 2,
+        robots=robots[0] if len(robots) == 1 else robots,
         controller_configs=controller,
         has_renderer=viewer,
         has_offscreen_renderer=False,

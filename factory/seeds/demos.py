@@ -21,11 +21,12 @@ from demofactory.errors import UserError
 from demofactory.generators.records import SeedDemo
 
 
-def load_seed_demos(path: Path, arms: int = 1) -> list[SeedDemo]:
+def load_seed_demos(path: Path, arms: int = 1, robots: int | None = None) -> list[SeedDemo]:
     """All demos of one file, in numeric order (demo_2 before demo_10).
 
     `arms`: 2 for a two-arm spec (task.two_arm): the file must say it was recorded with a pair
-    of one robot (robots [Panda, Panda]); SeedDemo.robot is then that robot."""
+    of one robot (robots [Panda, Panda]); SeedDemo.robot is then that robot. `robots`: 1 for
+    one robot with two arms of its own (task.two_arm single-robot: robots [GR1ArmsOnly])."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: seed demo file not found")
@@ -38,7 +39,7 @@ def load_seed_demos(path: Path, arms: int = 1) -> list[SeedDemo]:
             raise UserError(f"{path}: expected a group 'data' (robosuite or robomimic demo file)")
         data = f["data"]
         env_name = _env_name(data.attrs)
-        robot = _robot(path, data.attrs, arms)
+        robot = _robot(path, data.attrs, arms, robots)
         names = sorted((k for k in data if k.startswith("demo")), key=_demo_number)
         if not names:
             raise UserError(f"{path}: no demo_N groups under 'data'")
@@ -133,7 +134,7 @@ def _env_name(attrs) -> str:
     return str(attrs.get("env", ""))
 
 
-def _robot(path: Path, attrs, arms: int = 1) -> str:
+def _robot(path: Path, attrs, arms: int = 1, robots_expected: int | None = None) -> str:
     """The robot that recorded the file: robosuite's `env_info` or robomimic's `env_args`.
 
     Panda when neither says: robosuite's collection scripts and robomimic's datasets default
@@ -150,7 +151,7 @@ def _robot(path: Path, attrs, arms: int = 1) -> str:
         except (TypeError, ValueError, AttributeError):
             continue
         if arms == 2:
-            return _pair_robot(path, key, robots)
+            return _pair_robot(path, key, robots, single=robots_expected == 1)
         if isinstance(robots, list) and len(robots) == 1:
             robots = robots[0]
         if isinstance(robots, str) and robots:
@@ -163,12 +164,20 @@ def _robot(path: Path, attrs, arms: int = 1) -> str:
     return "Panda"
 
 
-def _pair_robot(path: Path, key: str, robots) -> str:
-    """The robot of a two-arm file's `robots` (a pair of one robot), else a UserError."""
+def _pair_robot(path: Path, key: str, robots, single: bool = False) -> str:
+    """The robot of a two-arm file's `robots` (a pair of one robot; `single`: one robot with
+    two arms of its own), else a UserError."""
     if isinstance(robots, str):
         robots = [robots]
-    if isinstance(robots, list) and len(robots) == 2 and robots[0] == robots[1]:
+    if single and isinstance(robots, list) and len(robots) == 1 and isinstance(robots[0], str):
+        return robots[0]  # GR1ArmsOnly: the spec's check compares the robot's name
+    if not single and isinstance(robots, list) and len(robots) == 2 and robots[0] == robots[1]:
         return str(robots[0])
+    if single:
+        raise UserError(
+            f"{path}: data.attrs[{key!r}]: recorded with robots {robots!r}; a single-robot "
+            "two-arm spec expected demos of one robot with two arms, e.g. ['GR1ArmsOnly']"
+        )
     raise UserError(
         f"{path}: data.attrs[{key!r}]: recorded with robots {robots!r}; a two-arm spec "
         "(task.two_arm) expected demos of a pair of one robot, e.g. ['Panda', 'Panda'] "

@@ -216,4 +216,9 @@ def _check_names(spec: SceneSpec) -> None:
             "task.env",
             f"unknown robosuite env {spec.task.env!r} (expected one of: {', '.join(envs)})",
         )
-    check_robot(spec.path, spec.task.robot)
+    two = spec.task.two_arm
+    check_robot(
+        spec.path,
+        spec.task.robot,
+        arms=2 if two is not None and two.configuration == "single-robot" else 1,
+    )

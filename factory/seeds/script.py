@@ -41,6 +41,7 @@ from demofactory.generators.poses import (
 )
 from demofactory.simulation.scene import Placement, Scene
 from demofactory.specs.adapters import placement_params
+from demofactory.specs.arms import robot_list
 from demofactory.specs.spec import SceneSpec, WaypointSpec
 
 # Grip-site rotation of a top-down grasp at yaw 0 (columns: the site's x, y, z in the world).
@@ -103,12 +104,14 @@ def waypoint_target(
     object_pose: np.ndarray | None,
     previous: np.ndarray,
     home: np.ndarray = TOP_DOWN,
+    start: np.ndarray | None = None,
 ) -> np.ndarray:
     """[4, 4] world target of a waypoint.
 
     object_pose: the `relative_to` object's pose now ([4, 4]; None when the waypoint has none).
     previous: the previous target (the robot's pose before the first waypoint).
     home: the arm's top-down home orientation (`nearer_half_turn`).
+    start: [3, 3] the hand's orientation when the demo started (orientation: start).
     """
     if point.relative_to is None:
         target = previous.copy()
@@ -124,6 +127,10 @@ def waypoint_target(
         frame = np.eye(3)
     turn = axis_angle_to_mat(np.asarray(point.turn, dtype=np.float64))
     pos = object_pose[:3, 3] + frame @ turn @ np.asarray(point.pos, dtype=np.float64)
+    if point.orientation == "start":
+        if start is None:
+            raise ValueError("orientation: start needs the hand's orientation at the start")
+        return make_pose(pos, turn @ start @ rpy_to_mat(point.rot))
     rot = frame @ turn @ rpy_to_mat(point.rot) @ TOP_DOWN
     if point.orientation != "object":
         rot = nearer_half_turn(rot, home)
@@ -144,9 +151,10 @@ def run_waypoints(scene: Scene, waypoints: list[WaypointSpec]) -> tuple[np.ndarr
     max_dpos, max_drot, frame = scene.controller_limits()
     states, actions = [], []
     previous = scene.eef_pose()
+    start = previous[:3, :3].copy()
     for point in waypoints:
         obj = scene.object_pose(point.relative_to) if point.relative_to is not None else None
-        target = waypoint_target(point, obj, previous)
+        target = waypoint_target(point, obj, previous, start=start)
         grip = GRIPPER_ACTION[point.gripper] * scene.gripper_sign  # Jaco closes on -1
         for pose in interpolate_poses(previous, target, point.steps):
             action = np.append(
@@ -187,14 +195,14 @@ def _arm_plan(scene, arm: str, points: list[WaypointSpec]):
     closed loop; then held."""
     max_dpos, max_drot, frame = scene.controller_limits_of(arm)
     previous = scene.eef_pose_of(arm)
+    start = previous[:3, :3].copy()
     home = scene.base_rotation_of(arm) @ TOP_DOWN
-    hand = scene.has_gripper_of(arm)
-    grip = [GRIPPER_ACTION["open"] * scene.gripper_sign] if hand else []
+    width = scene.hand_width_of(arm)  # a hand: the same command to each of its finger DoFs
+    grip = [GRIPPER_ACTION["open"] * scene.gripper_sign] * width
     for point in points:
         obj = scene.object_pose(point.relative_to) if point.relative_to is not None else None
-        target = waypoint_target(point, obj, previous, home)
-        if hand:
-            grip = [GRIPPER_ACTION[point.gripper] * scene.gripper_sign]
+        target = waypoint_target(point, obj, previous, home, start)
+        grip = [GRIPPER_ACTION[point.gripper] * scene.gripper_sign] * width
         for pose in interpolate_poses(previous, target, point.steps):
             now = scene.eef_pose_of(arm)
             yield np.append(pose_to_delta_action(pose, now, max_dpos, max_drot, frame), grip)
@@ -305,7 +313,7 @@ def env_info(spec: SceneSpec) -> str:
     two = spec.task.two_arm
     info = {
         "env_name": spec.task.env,
-        "robots": [spec.task.robot] * (1 if two is None else 2),
+        "robots": robot_list(spec.task),
         "controller_configs": controller,
         "control_freq": spec.task.control_freq,
     }

@@ -40,9 +40,15 @@ ARM_ACTION = sum(n for _, n in ACTION_LAYOUT)  # 7 per arm with a gripper
 ARM_PROPRIO = sum(n for _, n in PROPRIO_LAYOUT)  # 9 per arm with a two-finger gripper
 
 
-def arm_action_layout(gripper: bool) -> tuple[tuple[str, int], ...]:
-    """One arm's action parts: delta pose, and the gripper command when it has a gripper."""
-    return ACTION_LAYOUT if gripper else tuple(p for p in ACTION_LAYOUT if p[0] != "gripper")
+def arm_action_layout(gripper: int | bool) -> tuple[tuple[str, int], ...]:
+    """One arm's action parts: delta pose, and the gripper command when it has a gripper:
+    `gripper` its columns (True: 1; GR-1's hands: 6, one target per actuated finger DoF)."""
+    width = int(gripper)
+    return tuple(
+        (name, width if name == "gripper" else size)
+        for name, size in ACTION_LAYOUT
+        if name != "gripper" or width
+    )
 
 
 def arm_proprio_layout(gripper_joints: int) -> tuple[tuple[str, int], ...]:
@@ -77,14 +83,15 @@ def env_has_grippers(env: str) -> bool:
 def two_arm_layouts(task) -> tuple[list[list], list[list]]:
     """(state layout, action layout) of a two-arm task, per arm prefixed, from the spec alone
     (`TwoArmScene.layouts` measures the same on the built env)."""
-    from demofactory.robots.embodiments import gripper_joints
+    from demofactory.robots.embodiments import gripper_dof, gripper_joints
 
     arms = arm_names(task)
     hands = env_has_grippers(task.env)
     joints = gripper_joints(task.robot) if hands else 0
+    width = gripper_dof(task.robot) if hands else 0
     return (
         arm_layout(arm_proprio_layout(joints), arms),
-        arm_layout(arm_action_layout(hands), arms),
+        arm_layout(arm_action_layout(width), arms),
     )
 
 
@@ -121,11 +128,15 @@ class _ArmParts:
     controller: object  # robosuite's arm part controller (limits, frame)
     gripper: object  # robosuite's gripper model (geom groups, command state; NullGripper: none)
     has_gripper: bool  # False: a bare wrist (TwoArmPegInHole), no gripper command or joints
+    hand_width: int  # the gripper's command columns: 1 (parallel), 6 (GR-1's hands), 0 (none)
     eef_site: int
     joint_qpos: np.ndarray  # the arm's joints in qpos
     gripper_qpos: np.ndarray  # [0] without a gripper
     hand: frozenset[int]
     pads: list[set[int]]
+    # a multi-finger hand (more than one command column): the geoms of each finger but the
+    # thumb (the thumb is pads[0]), for `grasped`'s count; empty for a two-finger gripper
+    fingers: tuple[frozenset[int], ...] = ()
 
 
 class TwoArmScene(Scene):
@@ -146,9 +157,17 @@ class TwoArmScene(Scene):
             for arm, a, b in zip(self.arms, cuts[:-1], cuts[1:], strict=True)
         }
 
-    def _arm_parts(self, index: int) -> _ArmParts:
+    def robot_and_side(self, index: int):
+        """(robosuite robot, its arm's side) of arm `index` (right 0, left 1): robot `index`'s
+        only arm for a pair of robots, or the one robot's arm of that side (single-robot)."""
+        if len(self.env.robots) == 1:
+            robot = self.env.robots[0]
+            return robot, robot.arms[index]
         robot = self.env.robots[index]
-        side = robot.arms[0]
+        return robot, robot.arms[0]
+
+    def _arm_parts(self, index: int) -> _ArmParts:
+        robot, side = self.robot_and_side(index)
         gripper = robot.gripper[side]
         root = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, gripper.root_body)
         pads = [
@@ -162,6 +181,7 @@ class TwoArmScene(Scene):
             controller=robot.part_controllers[side],
             gripper=gripper,
             has_gripper=bool(robot.has_gripper[side]),
+            hand_width=int(gripper.dof) if robot.has_gripper[side] else 0,
             eef_site=int(robot.eef_site_id[side]),
             joint_qpos=np.asarray(robot.part_controllers[side].qpos_index, dtype=np.int64),
             gripper_qpos=np.asarray(
@@ -169,7 +189,28 @@ class TwoArmScene(Scene):
             ),
             hand=self._collision_geoms_under(root),
             pads=pads,
+            fingers=self._finger_groups(root, pads[1]) if gripper.dof > 1 else (),
         )
+
+    def _finger_groups(self, root: int, geoms: set[int]) -> tuple[frozenset[int], ...]:
+        """`geoms` (a hand's finger geoms, every finger but the thumb) grouped by finger: by
+        the child of the palm (the bodies' lowest common ancestor) each geom's chain starts at."""
+        parent = self.model.body_parentid
+
+        def chain(body: int) -> list[int]:
+            out = [body]
+            while out[-1] != root and out[-1] > 0:
+                out.append(int(parent[out[-1]]))
+            return out[::-1]  # from the hand's root down
+
+        chains = [chain(int(self.model.geom_bodyid[g])) for g in geoms]
+        depth = 0  # the chains' common prefix ends at the palm
+        while all(len(c) > depth + 1 for c in chains) and len({c[depth] for c in chains}) == 1:
+            depth += 1
+        groups: dict[int, set[int]] = {}
+        for g, c in zip(geoms, chains, strict=True):
+            groups.setdefault(c[min(depth, len(c) - 1)], set()).add(g)
+        return tuple(frozenset(v) for _, v in sorted(groups.items()))
 
     # --- which arm "the hand" is -------------------------------------------------------
     def use_arm(self, arm: str) -> None:
@@ -177,6 +218,7 @@ class TwoArmScene(Scene):
         parts = self._parts[arm]
         self._arm, self._gripper, self._eef_site = parts.controller, parts.gripper, parts.eef_site
         self._gripper_qpos, self._hand, self._pads = parts.gripper_qpos, parts.hand, parts.pads
+        self._hand_fingers = parts.fingers
         self.gripper_closed = self._closed[arm]
         self.current_arm = arm
 
@@ -193,7 +235,7 @@ class TwoArmScene(Scene):
     def base_rotation_of(self, arm: str) -> np.ndarray:
         """[3, 3] world rotation of the base of the robot carrying `arm` (identity for robots
         facing +x; robosuite's `opposed` pair faces +y and -y)."""
-        robot = self.env.robots[self.arms.index(arm)]
+        robot, _ = self.robot_and_side(self.arms.index(arm))
         return self.data.xmat[self._body(robot.robot_model.root_body)].reshape(3, 3).copy()
 
     def eef_pose_of(self, arm: str) -> np.ndarray:
@@ -218,14 +260,24 @@ class TwoArmScene(Scene):
         return self._parts[arm].has_gripper
 
     def action_width_of(self, arm: str) -> int:
-        """`arm`'s action columns: 7 with a gripper, 6 without."""
-        return sum(n for _, n in arm_action_layout(self.has_gripper_of(arm)))
+        """`arm`'s action columns: 6 for the arm, then its gripper's (1 for a parallel gripper,
+        6 for GR-1's hands, none for a bare wrist)."""
+        return sum(n for _, n in arm_action_layout(self.hand_width_of(arm)))
+
+    def hand_width_of(self, arm: str) -> int:
+        """`arm`'s gripper command columns (0 without a gripper)."""
+        return self._parts[arm].hand_width
+
+    def grip_columns(self, arm: str) -> slice:
+        """`arm`'s gripper command columns in the whole action (empty without a gripper)."""
+        part = self.action_slices[arm]
+        return slice(part.stop - self.hand_width_of(arm), part.stop)
 
     def layouts(self) -> tuple[list[list], list[list]]:
         """(proprio layout, action layout), per arm prefixed (right_eef_pos, ...), measured on
         the env's robots (`two_arm_layouts` gives the same from the spec alone)."""
         proprio = {arm: arm_proprio_layout(len(p.gripper_qpos)) for arm, p in self._parts.items()}
-        action = {arm: arm_action_layout(p.has_gripper) for arm, p in self._parts.items()}
+        action = {arm: arm_action_layout(p.hand_width) for arm, p in self._parts.items()}
         return arm_layout(proprio, self.arms), arm_layout(action, self.arms)
 
     def camera_mounts(self, names) -> dict[str, dict]:
@@ -238,7 +290,7 @@ class TwoArmScene(Scene):
             model = robot.robot_model
             roots[self._body(model.root_body)] = i
             for side in robot.arms:
-                hands[self._body(model.eef_name[side])] = i
+                hands[self._body(model.eef_name[side])] = (i, side)
         out = {}
         for name in names:
             cam = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, name)
@@ -250,8 +302,11 @@ class TwoArmScene(Scene):
                 body = int(self.model.body_parentid[body])
             robot = next((roots[b] for b in chain if b in roots), None)
             if robot is not None:
-                wrist = any(hands.get(b) == robot for b in chain)
-                out[name] = {"robot": robot, "arm": self.arms[robot], "wrist": wrist}
+                hand = next((hands[b] for b in chain if b in hands), None)
+                wrist = hand is not None and hand[0] == robot
+                # a pair: robot i carries arm i; one two-armed robot: the hand's side says
+                arm = hand[1] if wrist and len(self.env.robots) == 1 else self.arms[robot]
+                out[name] = {"robot": robot, "arm": arm, "wrist": wrist}
         return out
 
     def _body(self, name: str) -> int:
@@ -274,15 +329,44 @@ class TwoArmScene(Scene):
         (right first). A [7] command goes to every arm (`demofactory.robots.gripper_sign`'s
         probe closes both hands alike; it runs only on robots with grippers)."""
         action = np.asarray(action)
-        if action.shape[-1] == ARM_ACTION:
-            action = np.tile(action, len(self.env.robots))
+        parts = getattr(self, "_parts", None)
+        if action.shape[-1] == ARM_ACTION:  # the probe: the same command to every arm and hand
+            arms = arm_names(self.spec.task)
+            if parts is None:  # while Scene.__init__ runs: robosuite's widths, per arm
+                parts = {arm: self._arm_parts(i) for i, arm in enumerate(arms)}
+            action = np.concatenate(
+                [np.append(action[:6], np.repeat(action[6], parts[a].hand_width)) for a in arms]
+            )
+        env_action = self.to_env_action(action)
         if self._fast is not None:
-            self._fast.step(action)
+            self._fast.step(env_action)
         else:
-            self.env.step(action)
+            self.env.step(env_action)
         if getattr(self, "_parts", None) is None:  # the probe, while Scene.__init__ runs
             return
         self.note_grippers(action)
+
+    def to_env_action(self, action: np.ndarray) -> np.ndarray:
+        """Our action (per arm: arm columns, then its gripper's; right first) in robosuite's
+        order: a pair of robots takes the same (robot 0's, then robot 1's); one two-armed
+        robot takes its composite controller's order (GR1ArmsOnly: right arm, left arm, right
+        hand, left hand), any other part of it (a torso, a head) held with zeros."""
+        if len(self.env.robots) > 1:
+            return action
+        robot = self.env.robots[0]
+        split = robot.composite_controller._action_split_indexes
+        out = np.zeros(robot.action_dim, dtype=np.asarray(action).dtype)
+        at = 0
+        for i, _ in enumerate(arm_names(self.spec.task)):
+            _, side = self.robot_and_side(i)
+            a, b = split[side]
+            out[a:b] = action[at : at + (b - a)]
+            at += b - a
+            if f"{side}_gripper" in split:
+                a, b = split[f"{side}_gripper"]
+                out[a:b] = action[at : at + (b - a)]
+                at += b - a
+        return out
 
     def note_grippers(self, action: np.ndarray) -> None:
         """Take each arm's gripper command in an action as stepped (by `step`, or by robosuite's
@@ -290,7 +374,7 @@ class TwoArmScene(Scene):
         no command)."""
         for arm in self.arms:
             if self._parts[arm].has_gripper:
-                grip = action[self.action_slices[arm].stop - 1]
+                grip = float(np.mean(action[self.grip_columns(arm)]))  # a hand: its fingers' mean
                 self._closed[arm] = bool(grip * self.gripper_sign > 0)
         self.gripper_closed = self._closed[self.current_arm]
 

@@ -27,6 +27,7 @@ from demofactory.generators.scene_api import ACTION_LAYOUT, PROPRIO_LAYOUT, Plac
 from demofactory.robots import repairs as robot_repairs
 from demofactory.robots.gripper_sign import closing_sign
 from demofactory.simulation.physics import PhysicsDraw, PhysicsTargets, ScenePhysics
+from demofactory.specs.arms import robot_list
 from demofactory.specs.spec import SceneSpec, TaskSpec
 
 GRASP_MARGIN = 0.003  # metres between each finger pad and the object for `grasped`
@@ -34,6 +35,10 @@ GRASP_ROOM = 0.01  # metres the open hand must clear an object by to close on it
 # Metres between the two for `touching`: contact, or nearly (a demo state restored in a model a
 # hair off, a fixture pose inferred to the millimetre, leaves a gap where the person touched).
 TOUCH_MARGIN = 0.003
+# `grasped` on a multi-finger hand (GR-1's): the thumb and at least this many of the other
+# fingers within GRASP_MARGIN of the object; one finger against the thumb is a pinch that lets a
+# can turn out of the hand, two hold it.
+HAND_GRASP_FINGERS = 2
 RAY_LIFT = 0.01  # metres above an object's bottom its downward rays start (`support_heights`)
 RAY_SPACING = 0.01  # metres between the rays of `support_heights`
 FLAT = 0.01  # metres: surfaces this close in height are one flat support (`Scene.place_shift`)
@@ -62,11 +67,12 @@ def make_env(task: TaskSpec, model_seed: int = 0, arm: dict | None = None, **sce
             parts[side] = (
                 {**parts[side], **arm} if same else {**arm, "gripper": parts[side].get("gripper")}
             )
-    if task.two_arm is not None:  # a pair of task.robot in robosuite's two-arm layout
+    if task.two_arm is not None and not scene:  # robosuite's two-arm tasks take the layout
         scene = {**scene, "env_configuration": task.two_arm.configuration}
+    robots = robot_list(task)
     return robosuite.make(
         task.env,
-        robots=task.robot if task.two_arm is None else [task.robot, task.robot],
+        robots=robots[0] if len(robots) == 1 else robots,
         controller_configs=controller,
         has_renderer=False,
         has_offscreen_renderer=False,
@@ -972,6 +978,13 @@ class Scene:
         object (robosuite draws Lift's cube size per model) leaves a sub-millimetre gap
         when its states are restored in our model.
         """
+        fingers = getattr(self, "_hand_fingers", None)
+        if fingers:  # a multi-finger hand: its thumb and enough of its other fingers
+            geoms = self._geoms[obj]
+            if self._distance(self._pads[0], geoms, margin) > margin:
+                return False
+            touching = sum(self._distance(f, geoms, margin) <= margin for f in fingers)
+            return touching >= HAND_GRASP_FINGERS
         return all(self._distance(pads, self._geoms[obj], margin) <= margin for pads in self._pads)
 
     def _distance(self, geoms_a, geoms_b, cap: float) -> float:

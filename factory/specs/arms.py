@@ -22,6 +22,13 @@ def arm_names(task: TaskSpec) -> tuple[str, ...]:
     return TWO_ARMS if task.two_arm is not None else ONE_ARM
 
 
+def robot_list(task: TaskSpec) -> list[str]:
+    """The robots robosuite builds for `task`: task.robot once (one arm, or a two-armed robot
+    in the single-robot configuration), or a pair of it (parallel, opposed)."""
+    pair = task.two_arm is not None and task.two_arm.configuration != "single-robot"
+    return [task.robot, task.robot] if pair else [task.robot]
+
+
 def subtask_arm(task: TaskSpec, sub: SubtaskSpec) -> str:
     """The arm that does `sub` (a one-arm task's only arm when it names none)."""
     return sub.arm if sub.arm is not None else arm_names(task)[0]
@@ -123,7 +130,7 @@ TWO_ARM_ONLY = {
     "generation.rebalance": (None, "no rebalancing"),
     "physics": (None, "nominal physics"),
     "task.robots": (None, "one robot, paired"),
-    "scene": (None, "a robosuite two-arm env"),
+    "scene": (None, "a robosuite two-arm env; a scene: section takes single-robot only"),
 }
 
 
@@ -137,7 +144,10 @@ def two_arm_problem(spec) -> tuple[str, str] | None:
                 "one arm, whose objects are placed instead (placement.objects)"
             )
         return None
+    single = spec.task.two_arm.configuration == "single-robot"
     for dotted, (value, meaning) in TWO_ARM_ONLY.items():
+        if dotted == "scene" and single:
+            continue  # one robot: the scene env (one robot at the table) takes it as it is
         node = spec
         for part in dotted.split("."):
             node = getattr(node, part)

@@ -55,11 +55,13 @@ ONE_ARM = ("right",)  # robosuite 1.5 names a single arm "right" (robot.arms)
 class TwoArmSpec(StrictModel):
     """Two arms: a pair of task.robot in one of robosuite's two-arm layouts (TwoArmLift, ...)."""
 
-    configuration: Literal["parallel", "opposed"] = Field(
+    configuration: Literal["parallel", "opposed", "single-robot"] = Field(
         "parallel",
-        description="robosuite's env_configuration for a pair of task.robot: parallel (side by "
-        "side on one edge of the table, 0.5 m apart) or opposed (facing each other across it). "
-        "The arms are named right (robosuite's robot 0) and left (robot 1).",
+        description="robosuite's env_configuration: parallel (a pair of task.robot side by side "
+        "on one edge of the table, 0.5 m apart), opposed (the pair facing each other across it), "
+        "both with the arms named right (robot 0) and left (robot 1); or single-robot: one "
+        "task.robot with two arms of its own (GR1ArmsOnly, with its dexterous hands), right and "
+        "left as the robot names them.",
     )
 
 
@@ -734,11 +736,13 @@ class WaypointSpec(StrictModel):
     pos: tuple[float, float, float] = Field(
         (0.0, 0.0, 0.0), description="Metres, in the frame set by relative_to and orientation."
     )
-    orientation: Literal["top_down", "object_yaw", "object"] = Field(
+    orientation: Literal["top_down", "object_yaw", "object", "start"] = Field(
         "top_down",
         description="top_down: world axes at the object's position; object_yaw: those axes "
         "turned by the object's yaw (a box grasped across its sides); object: the object's full "
-        "frame (a door handle).",
+        "frame (a door handle); start: world axes at the object's position, the hand kept as it "
+        "was when the demo started (rot turns it from there: GR-1's hand, fingers forward and "
+        "thumb up, takes a can from the side).",
     )
     rot: tuple[float, float, float] = Field(
         (0.0, 0.0, 0.0),

@@ -212,13 +212,16 @@ def test_shipped_scripted_seeds_end_in_success(path):
     succeeds."""
     from demofactory.seeds.demos import load_seed_demos
     from demofactory.seeds.script import make_scene
+    from demofactory.specs.arms import robot_list
 
     spec = load_spec(path)
     files = [spec.resolve_path(rel) for rel in spec.seed_demos if "scripted" in rel]
     assert files, f"{path.name}: seed_demos lists no scripted file"
     scene = make_scene(spec)
     for file in files:
-        demos = load_seed_demos(file, arms=1 if spec.task.two_arm is None else 2)
+        demos = load_seed_demos(
+            file, arms=1 if spec.task.two_arm is None else 2, robots=len(robot_list(spec.task))
+        )
         assert len(demos) == spec.script.demos
         with h5py.File(file) as f:
             fixtures = [json.loads(f[f"data/{d.name}"].attrs["fixture_poses"]) for d in demos]
