@@ -103,6 +103,16 @@ EMBODIMENTS = {
 }
 KNOWN_EMBODIMENTS = tuple(dict.fromkeys(tag for tags in EMBODIMENTS.values() for tag in tags))
 DEFAULT_EMBODIMENT = "new_embodiment"
+
+
+def default_embodiment(info: Mapping[str, Any]) -> str:
+    """The tag a dataset exports under without --embodiment: `gr1` when every robot of it is
+    a GR-1 (robosuite's GR1ArmsOnly, GR1FixedLowerBody: GR00T's own GR-1 tag, which both
+    releases know), else `new_embodiment`."""
+    robots = [r for r in str(info.get("robot", "")).split("+") if r]
+    return "gr1" if robots and all(r.startswith("GR1") for r in robots) else DEFAULT_EMBODIMENT
+
+
 # GR00T's default video backend in both releases (and one that reads every frame of these
 # files at its timestamp); LeRobot's "pyav" is no backend name GR00T knows
 VIDEO_BACKEND = "torchcodec"
@@ -129,14 +139,15 @@ def export_gr00t(
     dataset_dir: Path,
     out_dir: Path,
     *,
-    embodiment: str = DEFAULT_EMBODIMENT,
+    embodiment: str | None = None,
     chunk_size: int = 1000,
     video_codec: str = "libx264",
     actions: ActionRelabeler | None = None,
 ) -> dict[str, Any]:
     """Write the dataset at `dataset_dir` as a GR00T LeRobot (v2.1) dataset in `out_dir`.
 
-    embodiment: the embodiment tag recorded in meta/info.json, one of `KNOWN_EMBODIMENTS`
+    embodiment: the embodiment tag recorded in meta/info.json, one of `KNOWN_EMBODIMENTS`;
+        None: `default_embodiment` (gr1 for a GR-1 dataset, else new_embodiment)
     chunk_size: episodes per ``chunk-CCC`` folder (info.json ``chunks_size``)
     video_codec: an FFmpeg encoder PyAV has (libx264: H.264)
     actions: relabel the actions (`demofactory.shards.action_features`; None: the shards' own)
@@ -146,8 +157,12 @@ def export_gr00t(
     unreadable datasets `DatasetError`. Returns a summary: out_dir, codebase_version,
     embodiment, episodes, frames, tasks, video_keys.
     """
-    _check_options(embodiment, chunk_size, video_codec)
+    if embodiment is not None:  # a bad tag is refused before the dataset is read
+        _check_options(embodiment, chunk_size, video_codec)
     source = load_source(dataset_dir)
+    if embodiment is None:
+        embodiment = default_embodiment(source.info)
+        _check_options(embodiment, chunk_size, video_codec)
     source, episodes = relabeled(source, read_episodes(source), actions)
     subtasks = any(has_subtasks(record) for record in source.records)
     modality = modality_json(source, subtasks)

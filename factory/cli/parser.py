@@ -163,8 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--embodiment",
         metavar="TAG",
-        default="new_embodiment",
-        help="gr00t: the embodiment tag recorded in meta/info.json (default new_embodiment)",
+        default=None,
+        help="gr00t: the embodiment tag recorded in meta/info.json (default gr1 for a GR-1 "
+        "dataset, else new_embodiment)",
     )
     p.add_argument(
         "--actions",

@@ -63,17 +63,20 @@ class FastStepper:
     """Steps a single-arm, fixed-base robosuite env exactly like `env.step`, minus observations
     (or one robot of several: `PairStepper`)."""
 
-    def __init__(self, env, robot_index: int | None = None):
+    def __init__(self, env, robot_index: int | None = None, arm_name: str | None = None):
         """`robot_index`: the robot of a multi-robot env this drives (`PairStepper` steps them
-        all); None: the env's only robot."""
+        all); None: the env's only robot. `arm_name`: which of the robot's arms (a two-armed
+        robot, GR1ArmsOnly: `PairStepper` steps both); None: its first."""
         if robot_index is None and len(env.robots) != 1:
             raise Unsupported("one robot and lite_physics are required")
         if not env.lite_physics:
             raise Unsupported("one robot and lite_physics are required")
         robot = env.robots[robot_index or 0]
-        if not isinstance(robot, FixedBaseRobot):
+        if not _fixed_base(robot, env):
             raise Unsupported("only fixed-base robots are supported")
-        arm_name = robot.arms[0]
+        if arm_name is None and len(robot.arms) != 1:
+            raise Unsupported(f"{len(robot.arms)} arms on one robot: PairStepper steps them")
+        arm_name = arm_name or robot.arms[0]
         arm = robot.part_controllers[arm_name]
         # robosuite's joint-position controller (`factory export --actions joint_pos` replays) or
         # its OSC_POSE, delta or absolute
@@ -88,7 +91,9 @@ class FastStepper:
         if getattr(self.grip, "interpolator", None) is not None:
             raise Unsupported("gripper interpolation is not supported")
         comp = robot.composite_controller
-        parts = {arm_name, grip_name} if self.has_gripper else {arm_name}
+        parts = set()  # every arm of the robot and its gripper: nothing else (a torso, a base)
+        for side in robot.arms:
+            parts |= {side, robot.get_gripper_name(side)} if robot.has_gripper[side] else {side}
         if set(comp.part_controllers) != parts:
             raise Unsupported(f"unexpected controller parts {sorted(comp.part_controllers)}")
         self.arm_slice = slice(*comp._action_split_indexes[arm_name])
@@ -99,6 +104,7 @@ class FastStepper:
         else:
             self.grip_slice = slice(self.arm_slice.stop, self.arm_slice.stop)
             self.grip_act = np.zeros(0, dtype=np.int64)
+        self.grip_slice_cols = self.grip_slice.stop - self.grip_slice.start  # 1; 6 on GR-1
         ctrlrange = self.model.actuator_ctrlrange
         self.arm_low, self.arm_high = ctrlrange[self.arm_act, 0], ctrlrange[self.arm_act, 1]
         self.grip_low, self.grip_high = ctrlrange[self.grip_act, 0], ctrlrange[self.grip_act, 1]
@@ -263,8 +269,9 @@ class FastStepper:
 
 
 class PairStepper:
-    """Steps every robot of a multi-robot env (robosuite's two-arm tasks: a pair of one-arm
-    robots) exactly like `env.step`, minus observations: one `FastStepper` per robot.
+    """Steps every arm of a multi-arm env (robosuite's two-arm tasks: a pair of one-arm robots;
+    or one robot with two arms, GR1ArmsOnly) exactly like `env.step`, minus observations: one
+    `FastStepper` per arm.
 
     robosuite's `env.step` runs, at each substep, mj_step1, then each robot's `control` in
     robot order (goal at the first substep, OSC torques, gripper), then mj_step2. A robot's
@@ -276,15 +283,19 @@ class PairStepper:
     """
 
     def __init__(self, env):
-        if len(env.robots) < 2 or not env.lite_physics:
-            raise Unsupported("two robots or more and lite_physics are required")
-        self.parts = [FastStepper(env, i) for i in range(len(env.robots))]
+        arms = [(i, side) for i, robot in enumerate(env.robots) for side in robot.arms]
+        if len(arms) < 2 or not env.lite_physics:
+            raise Unsupported("two arms or more and lite_physics are required")
+        self.parts = [FastStepper(env, i, side) for i, side in arms]
         if any(part.joint for part in self.parts):
-            raise Unsupported("joint-position controllers on several robots are not supported")
+            raise Unsupported("joint-position controllers on several arms are not supported")
         for part in self.parts[1:]:
-            part._mass = self.parts[0]._mass  # one mass matrix a substep, read by every robot
+            part._mass = self.parts[0]._mass  # one mass matrix a substep, read by every arm
         cuts = np.cumsum([0, *(robot.action_dim for robot in env.robots)])
-        self.slices = [slice(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        robot_cut = [slice(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        # each arm's robot's columns of env.step's action (a two-armed robot's arms share them;
+        # each arm reads its own part and its gripper's within: `arm_slice`, `grip_slice`)
+        self.slices = [robot_cut[i] for i, _ in arms]
         self.action_dim = int(cuts[-1])
         self.model, self.data = env.sim.model._model, env.sim.data._data
         self.substeps = self.parts[0].substeps
@@ -645,6 +656,24 @@ def _cholesky_solve(low, x, n):  # pragma: no cover - compiled
         x[i] = acc / low[i, i]
 
 
+def _fixed_base(robot, env) -> bool:
+    """Whether `robot`'s base never moves: robosuite's FixedBaseRobot, or a LeggedRobot whose
+    root body is welded to the world (GR1ArmsOnly, GR1FixedLowerBody: no free joint, no leg
+    or base controller; the composite controller's parts are checked apart)."""
+    from robosuite.robots import LeggedRobot
+
+    if isinstance(robot, FixedBaseRobot):
+        return True
+    if not isinstance(robot, LeggedRobot):
+        return False
+    model = env.sim.model._model
+    root = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, robot.robot_model.root_body)
+    chain = [root]
+    while chain[-1] > 0:
+        chain.append(int(model.body_parentid[chain[-1]]))
+    return root >= 0 and all(model.body_jntnum[b] == 0 for b in chain)
+
+
 def _check_arm(arm) -> bool:
     """Raise Unsupported unless FastStepper reproduces `arm`'s controller; True for the
     joint-position one."""
@@ -704,10 +733,25 @@ def check_against_env_step(env, stepper: FastStepper | PairStepper) -> None:
     data = stepper.data
     parts = _parts(stepper)
     original = _saved(env, stepper)
-    warm_up = np.concatenate(
-        [_as_input(p, WARM_UP if p.has_gripper else WARM_UP[:, :6], hold=True) for p in parts],
-        axis=1,
-    )
+    columns = _columns(stepper)
+    width = max(int(c.max()) + 1 for pair in columns for c in pair if len(c))
+
+    def env_actions(per_part: list[np.ndarray]) -> np.ndarray:
+        """Each arm's inputs (its arm columns, then its gripper's) at their place in env.step's
+        action (a two-armed robot: right arm, left arm, right hand, left hand)."""
+        out = np.zeros((len(per_part[0]), width))
+        for (arm, grip), values in zip(columns, per_part, strict=True):
+            out[:, arm] = values[:, : len(arm)]
+            out[:, grip] = values[:, len(arm) :]
+        return out
+
+    def with_grip(rows: np.ndarray, part: FastStepper) -> np.ndarray:
+        """WARM_UP's rows for `part`: the arm's columns, its one gripper value repeated per
+        gripper column (a hand's six), none without a gripper."""
+        hand = np.repeat(rows[:, 6:7], part.grip_slice_cols, axis=1)
+        return np.concatenate([rows[:, :6], hand], axis=1)
+
+    warm_up = env_actions([_as_input(p, with_grip(WARM_UP, p), hold=True) for p in parts])
     for action in warm_up:  # robosuite's first steps after a reset differ (cached dynamics)
         env.step(action)
     saved = _saved(env, stepper)
@@ -716,21 +760,20 @@ def check_against_env_step(env, stepper: FastStepper | PairStepper) -> None:
         _restore(env, stepper, saved)
 
     # Full-range arm moves (fixed draws): small ones leave UR5e's difference unseen (measured).
-    # A PairStepper: each robot's columns in turn (robosuite's action layout), every hand
-    # closing then opening.
-    widths = [(len(p.qpos_index) if p.joint else 6) + p.has_gripper for p in parts]
+    # Each arm's columns in turn, every hand closing then opening.
+    widths = [(len(p.qpos_index) if p.joint else 6) + p.grip_slice_cols for p in parts]
     draws = np.random.default_rng(0).uniform(-1.0, 1.0, (CHECK_STEPS, sum(widths)))
     ends = np.cumsum(widths)
-    grips = np.array([end - 1 for p, end in zip(parts, ends, strict=True) if p.has_gripper])
-    if len(grips):
-        draws[:, grips] = 1.0
-        draws[CHECK_STEPS // 2 :, grips] = -1.0  # the hand closes, then opens
-    actions = np.concatenate(
+    for p, end in zip(parts, ends, strict=True):
+        if p.has_gripper:
+            grip = slice(end - p.grip_slice_cols, end)
+            draws[:, grip] = 1.0
+            draws[CHECK_STEPS // 2 :, grip] = -1.0  # the hand closes, then opens
+    actions = env_actions(
         [
-            _as_input(p, draws[:, end - width : end])
-            for p, width, end in zip(parts, widths, ends, strict=True)
-        ],
-        axis=1,
+            _as_input(p, draws[:, end - w : end])
+            for p, w, end in zip(parts, widths, ends, strict=True)
+        ]
     )
     reference = []
     for action in actions:
@@ -759,7 +802,7 @@ def _as_input(stepper: FastStepper, draws: np.ndarray, hold: bool = False) -> np
     if not (stepper.joint or stepper.absolute):
         return draws
     scale = 0.0 if hold else 1.0
-    data, grip = stepper.data, draws[:, -1:] if stepper.has_gripper else draws[:, :0]
+    data, grip = stepper.data, draws[:, draws.shape[1] - stepper.grip_slice_cols :]
     if stepper.joint:
         here = np.array(data.qpos[stepper.qpos_index])
         width = len(here)
@@ -777,8 +820,21 @@ def _as_input(stepper: FastStepper, draws: np.ndarray, hold: bool = False) -> np
 
 
 def _parts(stepper) -> list[FastStepper]:
-    """The per-robot FastSteppers of a FastStepper or a PairStepper."""
+    """The per-arm FastSteppers of a FastStepper or a PairStepper."""
     return list(getattr(stepper, "parts", [stepper]))
+
+
+def _columns(stepper) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per arm, (its arm's columns, its gripper's columns) in env.step's whole action."""
+    parts = _parts(stepper)
+    cuts = getattr(stepper, "slices", [slice(0, None)] * len(parts))
+    return [
+        (
+            np.arange(p.arm_slice.start, p.arm_slice.stop) + (cut.start or 0),
+            np.arange(p.grip_slice.start, p.grip_slice.stop) + (cut.start or 0),
+        )
+        for p, cut in zip(parts, cuts, strict=True)
+    ]
 
 
 def _saved(env, stepper) -> tuple:

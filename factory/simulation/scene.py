@@ -99,7 +99,8 @@ def _fast_stepper(env) -> tuple[object | None, str]:
     )
 
     try:
-        stepper = PairStepper(env) if len(env.robots) > 1 else FastStepper(env)
+        several = sum(len(robot.arms) for robot in env.robots) > 1  # two arms: one per arm
+        stepper = PairStepper(env) if several else FastStepper(env)
         check_against_env_step(env, stepper)
         return stepper, ""
     except Unsupported as why:

@@ -15,11 +15,12 @@ import webdataset as wds
 from demofactory.build.bimanual_worker import BimanualShardWorker
 from demofactory.build.records import ShardTask
 from demofactory.errors import SpecError
+from demofactory.generators.scene_api import Placement
 from demofactory.seeds.resolve import resolve_spec
 from demofactory.specs.spec import load_spec
 
-# One GR-1 env (~4 s to build and probe), five seed demos annotated, one attempt through
-# robosuite's env.step (~4 s: GR-1's composite controller has no fast loop).
+# One GR-1 env (~4 s to build and probe), five seed demos annotated, one attempt through the
+# fast loop (~1 s); the slow tests add a second env and an attempt through env.step.
 pytestmark = pytest.mark.sim
 
 SPEC = Path(__file__).parents[2] / "scene_specs" / "gr1_pick_place.yaml"
@@ -27,7 +28,9 @@ SPEC = Path(__file__).parents[2] / "scene_specs" / "gr1_pick_place.yaml"
 
 @pytest.fixture(scope="module")
 def resolved():
-    spec = load_spec(SPEC, {"generation.attempts": 1, "generation.attempts_per_shard": 1})
+    spec = load_spec(
+        SPEC, {"generation.attempts": 1, "generation.attempts_per_shard": 1, "cameras": []}
+    )  # no frames here: tests/shards/test_two_arm_exports.py renders GR-1's cameras
     return resolve_spec(spec)
 
 
@@ -41,8 +44,9 @@ def test_one_robot_two_arms_and_six_hand_columns_each(resolved):
     state, action = scene.layouts()
     assert (state, action) == two_arm_layouts(resolved.spec.task)  # spec-only == measured
     assert action[2] == ["right_gripper", 6] and state[2] == ["right_gripper_qpos", 11]
-    # no fast loop for a two-armed robot's composite controller: robosuite's env.step, and why
-    assert not scene.fast_control and scene.fast_control_note
+    # the fast loop: one FastStepper per arm of the one robot, adopted after its check
+    assert scene.fast_control, scene.fast_control_note
+    assert type(scene._fast).__name__ == "PairStepper" and len(scene._fast.parts) == 2
     # the hand's four fingers besides the thumb, each its own group of geoms
     assert len(scene._parts["right"].fingers) == 4
 
@@ -62,6 +66,35 @@ def test_our_action_goes_to_robosuites_order(resolved):
     ):
         a, b = split[name]
         assert list(env[a:b]) == list(cols), name
+
+
+def test_the_fast_loop_steps_both_arms_and_hands_as_env_step_does(resolved):
+    """20 random control steps of both arms and hands (closing, then opening) through
+    robosuite's env.step and through PairStepper from the same state: the same states."""
+    import mujoco
+
+    scene = resolved.scene
+    stepper, data = scene._fast, scene.data
+    scene.reset_to(resolved.demos[0].start_state, Placement({}))
+    actions = np.random.default_rng(1).uniform(-1.0, 1.0, (20, 24))
+    actions[:, 12:] = np.where(np.arange(20)[:, None] < 10, 1.0, -1.0)  # robosuite's order
+    start = (scene.get_state(), data.qacc_warmstart.copy(), data.ctrl.copy())
+    hands = [np.array(p.gripper_model.current_action, copy=True) for p in stepper.parts]
+    reference = []
+    for action in actions:
+        scene.env.step(action)
+        reference.append(np.concatenate([data.qpos, data.qvel]))
+    scene.set_state(start[0])
+    data.qacc_warmstart[:], data.ctrl[:] = start[1], start[2]
+    for part, hand in zip(stepper.parts, hands, strict=True):
+        part.gripper_model.current_action = hand.copy()
+    mujoco.mj_forward(scene.model, data)
+    worst = 0.0
+    for action, expected in zip(actions, reference, strict=True):
+        stepper.step(action)
+        worst = max(worst, float(np.abs(np.concatenate([data.qpos, data.qvel]) - expected).max()))
+    assert worst < 1e-9, worst  # measured 4e-13
+    assert np.abs(reference[-1] - reference[0]).max() > 0.1  # the arms and fingers moved
 
 
 def test_the_hand_grasps_with_its_thumb_and_two_fingers(resolved):

@@ -362,3 +362,13 @@ def test_a_two_arm_layout_without_grippers_has_arm_parts_only():
     assert (state["left_arm"]["start"], state["left_arm"]["end"]) == (7, 14)
     assert (action["left_arm"]["start"], action["left_arm"]["end"]) == (6, 12)
     assert not action["right_arm"]["absolute"] and not action["left_arm"]["absolute"]
+
+
+def test_the_default_tag_is_gr1_only_for_a_dataset_of_gr1_robots():
+    from demofactory.shards.export_gr00t import default_embodiment
+
+    assert default_embodiment({"robot": "GR1ArmsOnly"}) == "gr1"
+    assert default_embodiment({"robot": "GR1FixedLowerBody"}) == "gr1"
+    assert default_embodiment({"robot": "Panda"}) == "new_embodiment"
+    assert default_embodiment({"robot": "Panda+GR1ArmsOnly"}) == "new_embodiment"  # mixed
+    assert default_embodiment({}) == "new_embodiment"

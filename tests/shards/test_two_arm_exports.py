@@ -116,3 +116,46 @@ def test_arms_without_grippers_export_arm_parts_only(ray_cluster, tmp_path):
         assert set(parts) == {"right_arm", "left_arm"}
         covered = sorted(i for p in parts.values() for i in range(p["start"], p["end"]))
         assert covered == list(range(width))  # every dimension once
+
+
+GR1 = Path(__file__).parents[2] / "scene_specs" / "gr1_pick_place.yaml"
+GR1_WRISTS = ("robot0_eye_in_right_hand", "robot0_eye_in_left_hand")
+
+
+def test_gr1_exports_arm_and_hand_parts_under_gr00ts_gr1_tag(ray_cluster, tmp_path):
+    """One robot with two dexterous hands (GR1ArmsOnly): per arm 7 + 11 state and 6 + 6 action
+    columns; GR00T's four parts, the hands' six joint targets absolute, tagged gr1 by default;
+    both hand cameras labelled by their arm in the preview."""
+    from demofactory.build.preview import _load_dataset
+
+    out = tmp_path / "gr1"
+    small = [f"--set=cameras.{i}.{side}=32" for i in range(3) for side in ("width", "height")]
+    args = ["run", str(GR1), "--out", str(out), "--attempts", "1", "--workers", "1"]
+    assert main([*args, "--no-progress", *small]) == 0
+    cameras = json.loads((out / "dataset_info.json").read_text())["cameras"]
+    assert [c.get("mount") for c in cameras] == [
+        None,
+        {"robot": 0, "arm": "right", "wrist": True},
+        {"robot": 0, "arm": "left", "wrist": True},
+    ]
+    titles = [camera.title for camera in _load_dataset(out).cameras]
+    assert titles[1:] == [f"{GR1_WRISTS[0]} (right wrist)", f"{GR1_WRISTS[1]} (left wrist)"]
+    summary = export_gr00t(out, tmp_path / "gr00t")
+    assert summary["episodes"] == 1 and summary["embodiment"] == "gr1"
+    info = json.loads((tmp_path / "gr00t/meta/info.json").read_text())
+    assert info["embodiment_tag"] == "gr1"
+    modality = json.loads((tmp_path / "gr00t/meta/modality.json").read_text())
+    widths = {"state": {"arm": 7, "hand": 11}, "action": {"arm": 6, "hand": 6}}
+    for key, per_part in widths.items():
+        parts = modality[key]
+        assert set(parts) == {"right_arm", "right_hand", "left_arm", "left_hand"}
+        for name, part in parts.items():
+            assert part["end"] - part["start"] == per_part[name.split("_")[1]], (key, name)
+        covered = sorted(i for p in parts.values() for i in range(p["start"], p["end"]))
+        assert covered == list(range(2 * sum(per_part.values())))  # every dimension once
+    assert modality["action"]["right_hand"]["absolute"] is True
+    assert set(GR1_WRISTS) <= set(modality["video"])
+    export_lerobot(out, tmp_path / "lerobot")
+    features = json.loads((tmp_path / "lerobot/meta/info.json").read_text())["features"]
+    assert features["action"]["names"][6:12] == [f"right_gripper_{i}" for i in range(6)]
+    assert features["observation.state"]["shape"] == [36]
