@@ -28,7 +28,9 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -125,21 +127,25 @@ def record_demo(scene: Scene, device, viewer: bool) -> tuple[np.ndarray, np.ndar
     states, actions, held = [], [], 0
     for _ in range(scene.spec.task.horizon):
         active = device.active_robot  # the robot input2action reads it for (a key may switch it)
-        inputs = device.input2action()
+        active_arm = device.active_arm  # and its arm (GR-1: robosuite's keyboard switches it)
+        with _torso_lookup(env):
+            inputs = device.input2action()
         if inputs is None:
             return None
         if two_arms:
-            action = two_arm_action(env, active, inputs, grippers)
+            action = two_arm_action(env, active, inputs, grippers, active_arm)
         else:
             arm = robot.arms[0]
             inputs = dict(inputs)
             inputs[arm] = inputs[f"{arm}_delta"]
             action = robot.create_action_vector(inputs)
         states.append(scene.get_state())
-        actions.append(np.asarray(action, dtype=np.float64))
+        # recorded in the dataset's order (per arm: arm, then its gripper), stepped in robosuite's
+        ours = scene.from_env_action(action) if two_arms else action
+        actions.append(np.asarray(ours, dtype=np.float64))
         env.step(action)
         if two_arms:
-            scene.note_grippers(action)
+            scene.note_grippers(ours)
         else:
             scene.gripper_closed = bool(action[-1] * scene.gripper_sign > 0)
         if viewer:
@@ -148,6 +154,23 @@ def record_demo(scene: Scene, device, viewer: bool) -> tuple[np.ndarray, np.ndar
         if held >= HOLD_STEPS:
             return np.stack(states), np.stack(actions)
     return None
+
+
+@contextmanager
+def _torso_lookup(env):
+    """robosuite 1.5.2's `Device.input2action` reads robot 0's torso controller on every robot
+    with a `torso` property (GR1ArmsOnly has one and no torso controller: KeyError 'torso').
+    For the call alone, such a robot's controllers list a stand-in whose `joint_dim` (0) makes
+    the device skip its torso input, as it does for a robot without a one-joint torso."""
+    parts = env.robots[0].composite_controller.part_controllers
+    missing = hasattr(env.robots[0], "torso") and "torso" not in parts
+    if missing:
+        parts["torso"] = SimpleNamespace(joint_dim=0)
+    try:
+        yield
+    finally:
+        if missing:
+            parts.pop("torso", None)
 
 
 def held_grippers(env) -> list[dict[str, np.ndarray]]:
@@ -175,13 +198,18 @@ def held_grippers(env) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def two_arm_action(env, active: int, inputs: dict, grippers: list[dict]) -> np.ndarray:
-    """The env's whole action [robots x 7] from the active robot's `input2action` dict.
+def two_arm_action(
+    env, active: int, inputs: dict, grippers: list[dict], active_arm: str | None = None
+) -> np.ndarray:
+    """The env's whole action in robosuite's order ([robots x 7] for a pair; GR1ArmsOnly's 24)
+    from the active robot's `input2action` dict.
 
     As robosuite's collect_human_demonstrations: the active robot's action vector from the
     device's delta inputs, every other robot's from its held gripper command alone (zero arm
     deltas: its OSC goal stays where it is); the active robot's gripper command becomes the one
-    it holds afterwards. `grippers` (`held_grippers`) is updated in place."""
+    it holds afterwards. One robot with two arms (`active_arm` the driven one): the other arm's
+    delta is zero and its hand keeps its held command. `grippers` (`held_grippers`) is updated
+    in place."""
     parts = []
     for i, robot in enumerate(env.robots):
         if i != active:
@@ -190,9 +218,13 @@ def two_arm_action(env, active: int, inputs: dict, grippers: list[dict]) -> np.n
         driven = dict(inputs)
         for arm in robot.arms:
             driven[arm] = driven[f"{arm}_delta"]
+            key = f"{arm}_gripper"
+            if len(robot.arms) > 1 and arm != active_arm and key in grippers[i]:
+                driven[key] = grippers[i][key]  # input2action zeroes an arm it does not drive
         parts.append(robot.create_action_vector(driven))
         for key in grippers[i]:
-            grippers[i][key] = np.asarray(driven[key], dtype=np.float64)
+            if len(robot.arms) == 1 or key == f"{active_arm}_gripper":
+                grippers[i][key] = np.asarray(driven[key], dtype=np.float64)
     return np.concatenate(parts)
 
 

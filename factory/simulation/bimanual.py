@@ -346,6 +346,18 @@ class TwoArmScene(Scene):
             return
         self.note_grippers(action)
 
+    def from_env_action(self, env_action: np.ndarray) -> np.ndarray:
+        """`to_env_action`'s inverse: robosuite's action (teleoperation's) in our order."""
+        if len(self.env.robots) > 1:
+            return np.asarray(env_action)
+        # mapping[j]: our column at robosuite's position j (-1: a part we hold, a torso)
+        ours = np.arange(1, self.action_dim + 1, dtype=np.float64)
+        mapping = self.to_env_action(ours).astype(int) - 1
+        used = mapping >= 0
+        out = np.zeros(self.action_dim, dtype=np.asarray(env_action).dtype)
+        out[mapping[used]] = np.asarray(env_action)[used]
+        return out
+
     def to_env_action(self, action: np.ndarray) -> np.ndarray:
         """Our action (per arm: arm columns, then its gripper's; right first) in robosuite's
         order: a pair of robots takes the same (robot 0's, then robot 1's); one two-armed
