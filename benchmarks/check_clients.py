@@ -49,9 +49,12 @@ CLIENTS = {
 
 
 def _python(version: str) -> str:
-    found = shutil.which(f"python{version}") or next(
-        iter(sorted(glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python"))), None
-    )
+    # pyenv's own install first: its shim `python3.12` on PATH fails unless that version is
+    # activated (PYENV_VERSION), which a developer's shell may not have
+    found = next(
+        iter(sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python")))),
+        None,
+    ) or shutil.which(f"python{version}")
     if not found:
         raise SystemExit(f"check-clients: no Python {version} (pyenv install {version})")
     return found

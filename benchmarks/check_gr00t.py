@@ -94,25 +94,41 @@ def _episode_tables(root: Path, info: dict) -> list[pd.DataFrame]:
     return out
 
 
-def _quaternion_part(modality: dict) -> tuple[str, int, int]:
-    for name, part in modality["state"].items():
-        if part.get("rotation_type") == "quaternion":
-            return name, part["start"], part["end"]
-    raise SystemExit("modality.json declares no quaternion state part")
+def _quaternion_parts(modality: dict) -> list[tuple[str, int, int]]:
+    """(name, start, end) of every quaternion in the state: a one-arm export's part declared
+    `rotation_type: quaternion`; a two-arm export's `<arm>_arm` parts (eef position and wxyz
+    quaternion in one part, no rotation_type) at [3:7] of each. The source state holds the
+    same quaternion (xyzw) at the same columns."""
+    parts = [
+        (name, part["start"], part["end"])
+        for name, part in modality["state"].items()
+        if part.get("rotation_type") == "quaternion"
+    ]
+    if not parts:
+        parts = [
+            (f"{name}[3:7]", part["start"] + 3, part["start"] + 7)
+            for name, part in modality["state"].items()
+            if name.endswith("_arm") and part["end"] - part["start"] >= 7
+        ]
+    if not parts:
+        raise SystemExit("modality.json declares no quaternion state part")
+    return parts
 
 
 def check_common(root: Path, reference: dict, report: dict) -> None:
     info, modality = _meta(root, "info.json"), _meta(root, "modality.json")
     stats = _meta(root, "stats.json")
     tables = _episode_tables(root, info)
-    name, start, end = _quaternion_part(modality)
+    parts = _quaternion_parts(modality)
     flips = 0
-    for n, table in enumerate(tables):
-        q = np.stack(table["observation.state"].to_numpy())[:, start:end].astype(np.float64)
-        flips += int(np.count_nonzero(np.einsum("ij,ij->i", q[1:], q[:-1]) < 0))
-        source = reference[f"states_{n}"][:, 3:7].astype(np.float64)  # xyzw, as recorded
-        report.setdefault("_pairs", []).append((q, source))
-    report["quaternion_part"] = name
+    for _, start, end in parts:
+        for n, table in enumerate(tables):
+            state = np.stack(table["observation.state"].to_numpy())
+            q = state[:, start:end].astype(np.float64)
+            flips += int(np.count_nonzero(np.einsum("ij,ij->i", q[1:], q[:-1]) < 0))
+            source = reference[f"states_{n}"][:, start:end].astype(np.float64)  # xyzw, recorded
+            report.setdefault("_pairs", []).append((q, source))
+    report["quaternion_part"] = ", ".join(name for name, _, _ in parts)
     report["quaternion_sign_flips"] = flips
     everything = {
         key: np.concatenate([np.stack(t[key].to_numpy()) for t in tables]).astype(np.float64)
@@ -227,7 +243,9 @@ def check_n16(root: Path, reference: dict, report: dict) -> None:
     report["rotation_error_deg_max"] = float(angles.max())
     info, modality = _meta(root, "info.json"), _meta(root, "modality.json")
     report["embodiment_tag"] = EmbodimentTag(info["embodiment_tag"]).value
-    languages = [f"annotation.{k}" for k in modality["annotation"]] + ["sub_task"]
+    languages = [f"annotation.{k}" for k in modality["annotation"]]
+    if any("sub_tasks" in row for row in _meta(root, "episodes.jsonl")):
+        languages.append("sub_task")  # N1.6 reads an episode's sub_tasks only when asked
     for language in languages:
         configs = _configs(ModalityConfig, modality, [language], prefixed=False)
         loader = LeRobotEpisodeLoader(root, configs)  # its default backend

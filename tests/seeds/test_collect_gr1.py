@@ -156,5 +156,5 @@ def test_annotate_cuts_the_collected_demo(collected, tmp_path, capsys):
     path = write_spec(tmp_path / "gr1.yaml", "gr1_pick_place.yaml", seed_demos=[str(out)])
     assert main(["annotate", str(path)]) == 0
     text = capsys.readouterr().out
-    assert "right subtask 0 grasp" in text and "grasped(can) holds" in text
+    assert "right subtask 0 grasp" in text and "all(grasped(can), lifted(can, 0.03)) holds" in text
     assert "left  subtask 2 rest" in text
