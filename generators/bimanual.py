@@ -35,6 +35,7 @@ from demofactory.generators.mimicgen import AttemptPlan, sample_placement
 from demofactory.generators.params import BimanualParams
 from demofactory.generators.poses import (
     add_action_noise,
+    checked_delta_action,
     interpolate_poses,
     pose_to_delta_action,
     transform_segment,
@@ -146,6 +147,7 @@ class _TwoArmRollout:
             _Arm(arm, [i for i, s in enumerate(params.subtasks) if s.arm == arm])
             for arm in params.arms
         ]
+        self.checked: set[str] = set()  # arms whose controller limits have been checked
         self.ended: set[int] = set()  # spec indices whose segment has been executed
         self.completed: list[int] = []  # of those, the ones whose end predicate held
         self.missed: list[int] = []  # the others
@@ -276,7 +278,10 @@ class _TwoArmRollout:
                 target, noisy = arm.hold, False
             max_dpos, max_drot, frame = scene.controller_limits_of(arm.name)
             now = scene.eef_pose_of(arm.name)
-            action = pose_to_delta_action(target, now, max_dpos, max_drot, frame)
+            if arm.name not in self.checked:  # the limits' checks once (half the call's cost)
+                pose_to_delta_action(target, now, max_dpos, max_drot, frame)
+                self.checked.add(arm.name)
+            action = checked_delta_action(target, now, max_dpos, max_drot, frame)
             # a bare wrist (TwoArmPegInHole) has no columns; a hand one per finger DoF
             action = np.append(action, grip)
             if noisy and self.gen.action_noise > 0:

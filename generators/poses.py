@@ -471,6 +471,19 @@ def pose_to_delta_action(
     _check_single("current", current, (4, 4))
     frame = _frame(frame_rot)
     dpos_max, drot_max = _limits("max_dpos", max_dpos), _limits("max_drot", max_drot)
+    return checked_delta_action(target, current, dpos_max, drot_max, frame)
+
+
+def checked_delta_action(
+    target: NDArray[np.float64],
+    current: NDArray[np.float64],
+    dpos_max: NDArray[np.float64],
+    drot_max: NDArray[np.float64],
+    frame: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """`pose_to_delta_action` on arguments already checked (float64 [4, 4] poses, [3] limits
+    > 0, a [3, 3] frame): the same operations, bit for bit, without the checks, which cost
+    half of it (the two-arm loop calls it twice a control step with limits checked once)."""
     dpos = frame.T @ (target[:3, 3] - current[:3, 3])
     rot_err_world = target[:3, :3] @ current[:3, :3].T
     drot = mat_to_axis_angle(frame.T @ rot_err_world @ frame)

@@ -102,15 +102,19 @@ def _reading(location: Path | str, *, shards: bool = True, fresh: bool = False, 
 _LOCAL_COPIES: dict[str, str] = {}
 
 
-def _control(note: str, two_arm: bool = False, grippers: bool = True) -> str:
+def _control(
+    note: str, two_arm: bool = False, grippers: bool = True, one_robot: bool = False
+) -> str:
     """How steps are taken: demofactory.simulation.fast_step, or robosuite's env.step and why.
-    `two_arm`: the scene's env holds a robot pair (the fast loop is PairStepper); `grippers`:
-    its robots have grippers (TwoArmPegInHole's have bare wrists)."""
+    `two_arm`: the scene's env holds two arms (the fast loop is PairStepper); `grippers`: its
+    arms have grippers (TwoArmPegInHole's have bare wrists); `one_robot`: both arms are one
+    robot's (GR-1's, with its hands)."""
     if note:
         return f"robosuite env.step ({note})"
     if two_arm:
         hands = "OSC and grippers" if grippers else "OSC, no grippers"
-        return f"fast (demofactory.simulation.fast_step.PairStepper: both robots' {hands})"
+        whose = "both arms'" if one_robot else "both robots'"
+        return f"fast (demofactory.simulation.fast_step.PairStepper: {whose} {hands})"
     return "fast (demofactory.simulation.fast_step)"
 
 

@@ -30,8 +30,10 @@ def cmd_validate(args) -> int:
     cams = ", ".join(f"{c.name} {c.width}x{c.height}" for c in spec.cameras) or "none"
     # A mixed-robot spec names its robots, and each robot's control path on a line of its own.
     robots = "+".join(resolved.robots) if resolved.robots else spec.task.robot
-    if spec.task.two_arm is not None:  # a pair: robosuite's robot 0 (right) and 1 (left)
-        robots = f"{spec.task.robot}+{spec.task.robot}, {spec.task.two_arm.configuration}"
+    two = spec.task.two_arm
+    if two is not None:  # a pair: robosuite's robot 0 (right) and 1 (left); or one two-armed
+        pair = two.configuration != "single-robot"
+        robots = f"{'+'.join([spec.task.robot] * (2 if pair else 1))}, {two.configuration}"
     control = (
         "per robot, below"
         if resolved.robots
@@ -40,6 +42,7 @@ def cmd_validate(args) -> int:
             spec.task.two_arm is not None,
             spec.task.two_arm is None
             or all(resolved.scene.has_gripper_of(arm) for arm in resolved.scene.arms),
+            one_robot=len(resolved.scene.env.robots) == 1,
         )
     )
     print(

@@ -2,7 +2,10 @@
 
 robosuite 1.5's two-arm tasks (TwoArmLift, TwoArmPegInHole, ...) with a pair of one-arm robots
 ("parallel" or "opposed") hold two robots, each with one arm named "right"; the spec names them
-right (robots[0]) and left (robots[1]) (`demofactory.specs.sections.TWO_ARMS`).
+right (robots[0]) and left (robots[1]) (`demofactory.specs.sections.TWO_ARMS`). "single-robot"
+holds one robot with two arms of its own (GR1ArmsOnly), named right and left as robosuite names
+them; its hands take several command columns each (GR-1's Fourier hands: 6), and robosuite's
+action order (arms, then hands) is mapped from ours by `to_env_action`.
 
 Each arm's part of the action and of the proprio follows its robot's gripper:
 
@@ -18,7 +21,7 @@ Each arm's part of the action and of the proprio follows its robot's gripper:
 Everything `Scene` measures at "the hand" (eef pose, grasped, touching(hand, X), controller
 limits) is measured at the arm chosen by `use_arm`; `Scene` itself keeps robot 0 in that role,
 so the one-arm code path is untouched. Stepping takes
-`demofactory.simulation.fast_step.PairStepper` (both robots' OSC and grippers, if any; adopted
+`demofactory.simulation.fast_step.PairStepper` (both arms' OSC and grippers, if any; adopted
 once a few steps of it land where env.step's do), else robosuite's env.step
 (`fast_control_note` says why).
 """

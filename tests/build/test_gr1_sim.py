@@ -138,3 +138,20 @@ def test_a_robot_that_does_not_fit_the_configuration_is_refused(
             load_spec(SPEC, {"task.robot": robot, "task.two_arm.configuration": configuration})
         )
     assert f": {field}: " in str(err.value) and expected in str(err.value), str(err.value)
+
+
+@pytest.mark.slow  # a CLI subprocess building the env again: 3-5 s
+def test_validate_names_the_one_robot_and_both_arms_fast_loop(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "demofactory.cli.main", "validate", str(SPEC)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,  # keeps a hung run from hanging the suite; nothing asserts on time
+    )
+    assert result.returncode == 0, result.stderr
+    assert "(SpecScene, GR1ArmsOnly, single-robot), 5 seed demos" in result.stdout
+    assert "PairStepper: both arms' OSC and grippers)" in result.stdout
