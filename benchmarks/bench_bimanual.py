@@ -22,6 +22,7 @@ import argparse
 import json
 import time
 
+import demofactory  # noqa: F401 - before numpy: one OpenBLAS thread (factory/_blas.py)
 import numpy as np
 from demofactory.generators.bimanual import generate_bimanual_attempt
 from demofactory.generators.mimicgen import AttemptPlan, attempt_seed

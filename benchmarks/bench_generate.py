@@ -21,6 +21,7 @@ import argparse
 import json
 import time
 
+import demofactory  # noqa: F401 - before numpy: one OpenBLAS thread (factory/_blas.py)
 import numpy as np
 from demofactory.generators.mimicgen import AttemptPlan, attempt_seed, generate_attempt
 from demofactory.seeds.resolve import resolve_spec
