@@ -13,7 +13,11 @@ for bare mj_step (a control step's substeps and nothing else: the physics limit)
 
 Rates are per CPU second of this process (`time.process_time`), and the references run after
 each attempt for a fifth of its steps, interleaved, so that other load on the machine lands on
-both sides of each ratio.
+both sides of each ratio. Bare mj_step is measured twice: from the first seed's start state
+(`generator_over_mj_step`, the figure issue 31 sets: the arms in the air, nothing held), and
+from every fifth state of the attempt just made (`..._at_attempt_states`: the same states the
+generator stepped, contacts and all). The process runs with one OpenBLAS thread
+(`demofactory/_blas.py`); with two, a spinning second thread was billed to both sides.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def main() -> None:
         scene, demos, AttemptPlan(0, 0, attempt_seed(spec.seed, 0, 0)), params
     )
     gen_s, steps, successes, reasons = 0.0, 0, 0, {}
-    ref_s, ref_steps = np.zeros(2), np.zeros(2)
+    ref_s, ref_steps = np.zeros(3), np.zeros(3)
     for i in range(args.attempts):
         plan = AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i))
         start = time.process_time()
@@ -58,9 +62,13 @@ def main() -> None:
             kind = attempt.reason.split(":", 1)[0]
             reasons[kind] = reasons.get(kind, 0) + 1
         count = max(attempt.length // 5, 1)
-        ref_s += [_env_step_s(scene, demos, count), _mj_step_s(scene, demos, count)]
-        ref_steps += count
-    env_rate, mj_rate = ref_steps / ref_s
+        ref_s += [
+            _env_step_s(scene, demos, count),
+            _mj_step_s(scene, demos, count),
+            _mj_step_at_states_s(scene, attempt.states[::5]),
+        ]
+        ref_steps += [count, count, len(attempt.states[::5])]
+    env_rate, mj_rate, at_states_rate = ref_steps / ref_s
     gen_rate = steps / gen_s
     print(
         json.dumps(
@@ -78,6 +86,8 @@ def main() -> None:
                 "env_step_per_s": round(env_rate, 1),
                 "mj_step_control_steps_per_s": round(mj_rate, 1),
                 "generator_over_mj_step": round(gen_rate / mj_rate, 3),
+                "mj_step_at_attempt_states_per_s": round(at_states_rate, 1),
+                "generator_over_mj_step_at_attempt_states": round(gen_rate / at_states_rate, 3),
                 "env_step_over_mj_step": round(env_rate / mj_rate, 3),
                 "control": (
                     "fast (PairStepper)"
@@ -97,6 +107,24 @@ def _env_step_s(scene, demos, count: int) -> float:
     for _ in range(count):
         scene.env.step(action)
     return time.process_time() - start
+
+
+def _mj_step_at_states_s(scene, states) -> float:
+    """CPU seconds of bare mj_step for one control step's substeps from each of `states` (an
+    attempt's own, every fifth): the physics of the states the generator visits, contacts
+    included (a hand closed on a can costs more than hands in the air at the start)."""
+    import mujoco
+
+    substeps = int(round(scene.env.control_timestep / scene.env.model_timestep))
+    model, data = scene.model, scene.data
+    total = 0.0
+    for state in states:
+        scene.set_state(state)
+        start = time.process_time()
+        for _ in range(substeps):
+            mujoco.mj_step(model, data)
+        total += time.process_time() - start
+    return total
 
 
 def _mj_step_s(scene, demos, count: int) -> float:
