@@ -233,3 +233,19 @@ def lift_dataset(tmp_path_factory, tiny_lift_spec, ray_cluster) -> Path:
         == 0
     )
     return out
+
+
+def device_reading(dpos, drot, grasp: int) -> dict:
+    """A scripted robosuite Device's `get_controller_state`: `dpos` and `drot` the normalized
+    deltas a key press gives, `grasp` the grasp toggle; the rotation handed over as robosuite's
+    raw (roll, pitch, yaw), which `input2action` reorders as [1, 0, 2] with z negated."""
+    import numpy as np
+
+    return dict(
+        dpos=np.asarray(dpos, dtype=np.float64),
+        rotation=np.eye(3),
+        raw_drotation=np.array([drot[1], drot[0], -drot[2]]),
+        grasp=grasp,
+        reset=False,
+        base_mode=0,
+    )

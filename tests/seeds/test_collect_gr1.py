@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import SPECS, write_spec
+from tests.conftest import SPECS, device_reading, write_spec
 
 os.environ.setdefault("PYNPUT_BACKEND", "dummy")  # robosuite.devices imports pynput: no display
 
@@ -90,15 +90,7 @@ def _gr1_driver(env):
                     done = done or np.linalg.norm(what[:3, 3] - now[:3, 3]) < 0.003
                 if done:
                     self.phase, self.phase_t = self.phase + 1, 0
-            raw = np.array([drot[1], drot[0], -drot[2]])  # input2action's reordering, undone
-            return dict(
-                dpos=dpos,
-                rotation=np.eye(3),
-                raw_drotation=raw,
-                grasp=grasp,
-                reset=False,
-                base_mode=0,
-            )
+            return device_reading(dpos, drot, grasp)
 
         def _postprocess_device_outputs(self, dpos, drotation):
             return dpos, drotation

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from demofactory.specs.spec import load_spec
 
-from tests.conftest import SPECS, write_spec
+from tests.conftest import SPECS, device_reading, write_spec
 
 os.environ.setdefault("PYNPUT_BACKEND", "dummy")  # robosuite.devices imports pynput: no display
 
@@ -103,16 +103,7 @@ def _two_arm_driver(env):
                     done = done or np.linalg.norm(self.target[:3, 3] - now[:3, 3]) < 0.004
                 if done:
                     self.phase, self.phase_t, self.target = self.phase + 1, 0, None
-            # input2action reorders robosuite's raw (roll, pitch, yaw) as [1, 0, 2], z negated
-            raw = np.array([drot[1], drot[0], -drot[2]])
-            return dict(
-                dpos=dpos,
-                rotation=np.eye(3),
-                raw_drotation=raw,
-                grasp=grasp,
-                reset=False,
-                base_mode=0,
-            )
+            return device_reading(dpos, drot, grasp)
 
         def _postprocess_device_outputs(self, dpos, drotation):
             return dpos, drotation
