@@ -249,3 +249,21 @@ def device_reading(dpos, drot, grasp: int) -> dict:
         reset=False,
         base_mode=0,
     )
+
+
+def collect_one(spec, out: Path, driver):
+    """One demo of `spec` through `factory collect`'s own loop into `out`, driven by the
+    scripted Device `driver(env)` makes, no viewer, one try; the device, for its record."""
+    from demofactory.robots import repairs as robot_repairs
+    from demofactory.seeds.collect import collect
+
+    robot_repairs.install()
+    devices, lines = [], []
+
+    def factory(env):
+        devices.append(driver(env))
+        return devices[0]
+
+    lengths = collect(spec, out, 1, factory, viewer=False, log=lines.append, max_tries=1)
+    assert lines == ["demo 1: kept"] and len(lengths) == 1
+    return devices[0]

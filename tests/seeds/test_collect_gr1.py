@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import SPECS, device_reading, write_spec
+from tests.conftest import SPECS, collect_one, device_reading, write_spec
 
 os.environ.setdefault("PYNPUT_BACKEND", "dummy")  # robosuite.devices imports pynput: no display
 
@@ -101,23 +101,11 @@ def _gr1_driver(env):
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory):
     """(spec, demo file, device) of one GR-1 demo collected through `collect`."""
-    from demofactory.robots import repairs as robot_repairs
-    from demofactory.seeds.collect import collect
     from demofactory.specs.spec import load_spec
 
-    robot_repairs.install()
-    tmp = tmp_path_factory.mktemp("collect_gr1")
     spec = load_spec(SPEC, {"cameras": []})
-    out = tmp / "demo.hdf5"
-    devices, lines = [], []
-
-    def factory(env):
-        devices.append(_gr1_driver(env))
-        return devices[0]
-
-    lengths = collect(spec, out, 1, factory, viewer=False, log=lines.append, max_tries=1)
-    assert lines == ["demo 1: kept"] and len(lengths) == 1
-    return spec, out, devices[0]
+    out = tmp_path_factory.mktemp("collect_gr1") / "demo.hdf5"
+    return spec, out, collect_one(spec, out, _gr1_driver)
 
 
 def test_the_demo_is_recorded_per_arm_and_the_idle_arm_holds(collected):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from demofactory.specs.spec import load_spec
 
-from tests.conftest import SPECS, device_reading, write_spec
+from tests.conftest import SPECS, collect_one, device_reading, write_spec
 
 os.environ.setdefault("PYNPUT_BACKEND", "dummy")  # robosuite.devices imports pynput: no display
 
@@ -114,22 +114,9 @@ def _two_arm_driver(env):
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory):
     """(spec, demo file, device) of one two-arm demo collected through `collect`."""
-    from demofactory.robots import repairs as robot_repairs
-    from demofactory.seeds.collect import collect
-
-    robot_repairs.install()
-    tmp = tmp_path_factory.mktemp("collect2")
     spec = load_spec(SPEC, {"task.horizon": HORIZON})
-    out = tmp / "demo.hdf5"
-    devices, lines = [], []
-
-    def factory(env):
-        devices.append(_two_arm_driver(env))
-        return devices[0]
-
-    lengths = collect(spec, out, 1, factory, viewer=False, log=lines.append, max_tries=1)
-    assert lines == ["demo 1: kept"] and len(lengths) == 1
-    return spec, out, devices[0]
+    out = tmp_path_factory.mktemp("collect2") / "demo.hdf5"
+    return spec, out, collect_one(spec, out, _two_arm_driver)
 
 
 def test_two_arm_demo_is_robosuite_hdf5_naming_both_robots(collected):
