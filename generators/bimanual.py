@@ -34,9 +34,9 @@ import numpy as np
 from demofactory.generators.mimicgen import AttemptPlan, sample_placement
 from demofactory.generators.params import BimanualParams
 from demofactory.generators.poses import (
-    add_action_noise,
     checked_delta_action,
     interpolate_poses,
+    noisy_clip,
     pose_to_delta_action,
     transform_segment,
 )
@@ -148,6 +148,9 @@ class _TwoArmRollout:
             for arm in params.arms
         ]
         self.checked: set[str] = set()  # arms whose controller limits have been checked
+        scale = self.gen.action_noise  # checked once (add_action_noise's check), drawn per step
+        if not np.isfinite(scale) or scale < 0:
+            raise ValueError(f"scale must be finite and >= 0 (e.g. 0.05), got {scale!r}")
         self.ended: set[int] = set()  # spec indices whose segment has been executed
         self.completed: list[int] = []  # of those, the ones whose end predicate held
         self.missed: list[int] = []  # the others
@@ -283,9 +286,10 @@ class _TwoArmRollout:
                 self.checked.add(arm.name)
             action = checked_delta_action(target, now, max_dpos, max_drot, frame)
             # a bare wrist (TwoArmPegInHole) has no columns; a hand one per finger DoF
-            action = np.append(action, grip)
+            action = np.concatenate((action, np.ravel(grip)))
             if noisy and self.gen.action_noise > 0:
-                action = add_action_noise(action[None], self.gen.action_noise, self.rng)[0]
+                # add_action_noise on the arm's 6 columns, its checks done when the attempt began
+                action[:6] = noisy_clip(action[:6], self.gen.action_noise, self.rng)
             parts.append(action)
         # Executed as recorded (float32): replaying a dataset's actions re-simulates it exactly.
         action = np.concatenate(parts).astype(np.float32)

@@ -551,6 +551,15 @@ def add_action_noise(
     out = np.array(actions, dtype=np.float64)
     if out.ndim < 1:
         raise ValueError(f"actions must have shape [T, D], got {out.shape}")
-    arm = out[..., noise_dims]
-    out[..., noise_dims] = np.clip(arm + scale * rng.standard_normal(arm.shape), -1.0, 1.0)
+    out[..., noise_dims] = noisy_clip(out[..., noise_dims], scale, rng)
     return out
+
+
+def noisy_clip(
+    values: NDArray[np.float64], scale: float, rng: np.random.Generator
+) -> NDArray[np.float64]:
+    """`add_action_noise`'s draw on arguments already checked: `values` plus Gaussian noise of
+    `scale` (one standard normal draw per entry, in order), clipped to [-1, 1]; the two-arm
+    loop calls it twice a control step."""
+    noisy = values + scale * rng.standard_normal(values.shape)
+    return np.minimum(np.maximum(noisy, -1.0), 1.0)  # np.clip's values, without its dispatch

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
-from demofactory.generators.poses import make_pose, mat_to_quat
+from demofactory.generators.poses import mat_to_quat
 from demofactory.generators.predicates import HAND, Predicate, parse_predicate
 from demofactory.simulation.scene import ACTION_LAYOUT, PROPRIO_LAYOUT, Scene, controller_limits
 from demofactory.specs.arms import arm_names
@@ -245,9 +245,13 @@ class TwoArmScene(Scene):
         """[4, 4] `arm`'s grip-site pose (`eef_pose` with `arm` as the hand, read directly:
         the generator asks twice a control step)."""
         site = self._parts[arm].eef_site
-        return make_pose(
-            self.data.site_xpos[site].copy(), self.data.site_xmat[site].reshape(3, 3).copy()
-        )
+        # make_pose's values without its shape checks (MuJoCo's arrays have the shapes): a
+        # tenth of GR-1's per-step Python went to them
+        pose = np.zeros((4, 4))
+        pose[:3, :3] = self.data.site_xmat[site].reshape(3, 3)
+        pose[:3, 3] = self.data.site_xpos[site]
+        pose[3, 3] = 1.0
+        return pose
 
     def holds_for(self, arm: str, predicate: Predicate | str) -> bool:
         """A predicate with `arm` as the hand (grasped(pot): this arm's pads on the pot)."""
