@@ -734,7 +734,7 @@ def check_against_env_step(env, stepper: FastStepper | PairStepper) -> None:
     parts = _parts(stepper)
     original = _saved(env, stepper)
     columns = _columns(stepper)
-    width = max(int(c.max()) + 1 for pair in columns for c in pair if len(c))
+    width = int(env.action_dim)
 
     def env_actions(per_part: list[np.ndarray]) -> np.ndarray:
         """Each arm's inputs (its arm columns, then its gripper's) at their place in env.step's
