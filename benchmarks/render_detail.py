@@ -184,6 +184,8 @@ def detail_main(args) -> None:
                     )
                     if camera in dec_r.culled
                     else 0,
+                    # frames composited over a kept static picture / drawn anew / drawn whole
+                    "static_layer_frames": dec_r.static_layer_frames.get(camera),
                     "minor_page_faults_per_frame": {
                         "full": round(_FAULTS[id(full_r)], 1),
                         "detail": round(_FAULTS[id(dec_r)], 1),

@@ -5,7 +5,8 @@
       -> EpisodeFrames: camera -> T encoded frames, per kind                          render_frames
 
 With `render.detail` other than full, each camera draws its own decimated meshes
-(mesh_detail.py) and skips the geoms wholly outside its view (view_cull.py).
+(mesh_detail.py), skips the geoms wholly outside its view (view_cull.py), and a camera that
+never moves draws the static geoms once and only the moving ones per frame (static_layer.py).
 
 Only successful attempts reach this stage: their states are restored one by
 one into the generation model, so a failed attempt never costs a frame. One
@@ -32,6 +33,7 @@ from demofactory.simulation.mesh_detail import (
     plan_meshes,
 )
 from demofactory.simulation.scene import Scene
+from demofactory.simulation.static_layer import StaticLayer, camera_is_fixed
 from demofactory.simulation.view_cull import cull_outside_view, culling_is_exact, geom_radii
 from demofactory.specs.spec import CameraSpec, RenderSpec
 from PIL import Image
@@ -124,13 +126,53 @@ class FrameRenderer:
                 self._geom_faces[cam.name] = faces
         # camera -> [frames, geoms culled, mesh faces culled], summed over its frames
         self.culled: dict[str, list[int]] = {name: [0, 0, 0] for name in self._cull_radii}
+        # cameras that never move keep a picture of the static geoms (static_layer: exact where
+        # culling is, and without anti-aliasing, whose edge pixels mix static and moving geoms)
+        self._fixed: dict[str, int] = {}  # camera name -> model camera id
+        if self._cull_radii and settings.multisamples == 0:
+            for cam in self.cameras:
+                cam_id = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_CAMERA, cam.name)
+                if cam_id >= 0 and camera_is_fixed(scene.model, cam_id):
+                    self._fixed[cam.name] = cam_id
+        self._layers: dict[tuple, StaticLayer] = {}  # renderer key -> its static picture
 
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
-        render = self._render_models.get(cam.name)
-        key = (cam.height, cam.width) if render is None else (cam.name, cam.height, cam.width)
-        if key not in self._renderers:
-            self._renderers[key] = self._make_renderer(cam.height, cam.width, render)
+        renderer = self._renderers.get(self._key(cam))
+        return self._new_renderer(cam) if renderer is None else renderer
+
+    def _key(self, cam: CameraSpec) -> tuple:
+        if cam.name in self._render_models:
+            return (cam.name, cam.height, cam.width)
+        return (cam.height, cam.width)
+
+    def _new_renderer(self, cam: CameraSpec) -> mujoco.Renderer:
+        key = self._key(cam)
+        self._renderers[key] = self._make_renderer(
+            cam.height, cam.width, self._render_models.get(cam.name)
+        )
         return self._renderers[key]
+
+    def _layer(self, cam: CameraSpec) -> StaticLayer | None:
+        """The static picture of a fixed camera's renderer (None: the frame is drawn whole)."""
+        cam_id = self._fixed.get(cam.name)
+        if cam_id is None:
+            return None
+        key = (cam.name, *self._key(cam))  # renderers by size may serve several cameras
+        if key not in self._layers:
+            self._layers[key] = StaticLayer(self.scene.model, cam_id, cam.height, cam.width)
+        return self._layers[key]
+
+    @property
+    def static_layer_frames(self) -> dict[str, dict[str, int]]:
+        """Per fixed camera: frames composited over a kept static picture (`kept`), frames that
+        drew it anew (`redrawn`) and frames drawn whole (`whole`: a transparent geom)."""
+        out: dict[str, dict[str, int]] = {}
+        for (camera, *_), layer in self._layers.items():
+            counts = out.setdefault(camera, {"kept": 0, "redrawn": 0, "whole": 0})
+            counts["kept"] += layer.hits
+            counts["redrawn"] += layer.misses
+            counts["whole"] += layer.whole
+        return out
 
     def _make_renderer(
         self, height: int, width: int, render: mujoco.MjModel | None
@@ -164,6 +206,8 @@ class FrameRenderer:
                 renderer._gl_context.make_current()
             for tex_id in ids:
                 mujoco.mjr_uploadTexture(model, renderer._mjr_context, tex_id)
+        for layer in self._layers.values():  # their static pictures show the old textures
+            layer.textures += 1
 
     def render_current(self) -> dict[str, np.ndarray]:
         """Images [H, W, 3] uint8, upright, of the scene's current state, per camera (RGB only)."""
@@ -184,7 +228,11 @@ class FrameRenderer:
             self._count_culled(
                 cam.name, cull_outside_view(renderer.scene, radii, cam.width / cam.height)
             )
-        rgb = renderer.render()  # a new array each call (upright: mujoco flips the GL rows)
+        layer = self._layer(cam)
+        if layer is None:
+            rgb = renderer.render()  # a new array each call (upright: mujoco flips the GL rows)
+        else:
+            rgb = layer.render(renderer, self.scene.model, self.scene.data)
         depth = labels = None
         if extras and cam.depth:
             renderer.enable_depth_rendering()

@@ -23,6 +23,7 @@ import math
 
 import mujoco
 import numpy as np
+from demofactory.simulation.scene_geoms import geom_view
 
 # a bounding radius grows by this factor (and RADIUS_PAD metres) before the test: float slack
 RADIUS_SLACK = 1.01
@@ -67,34 +68,28 @@ def cull_outside_view(scene: mujoco.MjvScene, radii: np.ndarray, aspect: float) 
     if cam.orthographic or cam.frustum_width != 0 or near <= 0:
         return []
     forward, up = np.asarray(cam.forward), np.asarray(cam.up)
-    right = np.cross(forward, up)
+    (f0, f1, f2), (u0, u1, u2) = forward.tolist(), up.tolist()
+    right = np.array([f1 * u2 - f2 * u1, f2 * u0 - f0 * u2, f0 * u1 - f1 * u0])  # np.cross: 30x
     half = (cam.frustum_top - cam.frustum_bottom) / 2 * aspect
     # the frustum's extents at unit depth: x in [left, right], y in [bottom, top]
     left_t = (cam.frustum_center - half) / near
     right_t = (cam.frustum_center + half) / near
     bottom_t, top_t = cam.frustum_bottom / near, cam.frustum_top / near
-    geoms = scene.geoms
-    candidates, centres, radius = [], [], []
-    for i in range(scene.ngeom):  # plain ints: comparing with mujoco's enums costs µs a geom
-        geom = geoms[i]
-        if geom.objtype != _OBJ_GEOM or geom.type == _GEOM_NONE:
-            continue
-        r = radii[geom.objid]
-        if r > 0:
-            candidates.append(i)
-            centres.append(geom.pos)
-            radius.append(r)
-    if not candidates:
+    view = geom_view(scene)
+    if view is None:
         return []
-    d = np.asarray(centres, np.float64) - np.asarray(cam.pos)
-    x, y, z, r = d @ right, d @ up, d @ forward, np.asarray(radius)
+    kinds, objid = view["type"], view["objid"]
+    candidates = np.flatnonzero((view["objtype"] == _OBJ_GEOM) & (kinds != _GEOM_NONE))
+    radius = radii[objid[candidates]]
+    candidates, radius = candidates[radius > 0], radius[radius > 0]
+    if not len(candidates):
+        return []
+    d = view["pos"][candidates].astype(np.float64) - np.asarray(cam.pos)
+    x, y, z, r = d @ right, d @ up, d @ forward, radius
     outside = z < near - r  # wholly behind the near plane
     for t, sign, u in ((right_t, 1, x), (left_t, -1, x), (top_t, 1, y), (bottom_t, -1, y)):
         # signed distance beyond the side plane u = t z (positive: outside)
         outside |= sign * (u - t * z) / math.sqrt(1 + t * t) > r
-    culled = []
-    for i in np.flatnonzero(outside):
-        geom = geoms[candidates[i]]
-        geom.type = _GEOM_NONE
-        culled.append(int(geom.objid))
-    return culled
+    culled = candidates[outside]
+    kinds[culled] = _GEOM_NONE
+    return objid[culled].tolist()
