@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from demofactory.seeds.resolve import resolve_spec
 from demofactory.simulation.render import detail_model, keep_freed_heap
-from demofactory.simulation.view_cull import cull_outside_view, geom_radii
+from demofactory.simulation.view_cull import cull_outside_view, geom_boxes, geom_radii
 from demofactory.specs.spec import CameraSpec, load_spec
 
 
@@ -130,10 +130,10 @@ def main() -> None:
     for camera in args.cameras.split(","):
         for size in (int(s) for s in args.sizes.split(",")):
             full = mujoco.Renderer(model, height=size, width=size)
-            radii = geom_radii(model, None)
+            radii, boxes = geom_radii(model, None), geom_boxes(model, None)
 
-            def cull(scn, radii=radii):
-                cull_outside_view(scn, radii, 1.0)  # square images: aspect 1
+            def cull(scn, radii=radii, boxes=boxes):
+                cull_outside_view(scn, radii, 1.0, boxes)  # square images: aspect 1
 
             row = {"camera": camera, "size": size}
             row["full"] = measure(full, camera)
@@ -156,9 +156,11 @@ def main() -> None:
                 auto = mujoco.Renderer(render, height=size, width=size)
                 auto._model = model  # scenes from the physics model, as FrameRenderer does
                 row["auto_unculled"] = measure(auto, camera)
-                auto_radii = geom_radii(model, render)
+                auto_radii, auto_boxes = geom_radii(model, render), geom_boxes(model, render)
                 row["auto"] = measure(
-                    auto, camera, edit=lambda s, r=auto_radii: cull_outside_view(s, r, 1.0)
+                    auto,
+                    camera,
+                    edit=lambda s, r=auto_radii, b=auto_boxes: cull_outside_view(s, r, 1.0, b),
                 )
                 auto.close()
             row["auto_faces"] = report.faces_drawn

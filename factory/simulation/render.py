@@ -34,7 +34,12 @@ from demofactory.simulation.mesh_detail import (
 )
 from demofactory.simulation.scene import Scene
 from demofactory.simulation.static_layer import StaticLayer, camera_is_fixed
-from demofactory.simulation.view_cull import cull_outside_view, culling_is_exact, geom_radii
+from demofactory.simulation.view_cull import (
+    cull_outside_view,
+    culling_is_exact,
+    geom_boxes,
+    geom_radii,
+)
 from demofactory.specs.spec import CameraSpec, RenderSpec
 from PIL import Image
 
@@ -112,6 +117,7 @@ class FrameRenderer:
         # render.detail other than full also skips the geoms wholly outside a camera's view
         # (view_cull: exact, so only where shadows and reflections cannot show them)
         self._cull_radii: dict[str, np.ndarray] = {}
+        self._cull_boxes: dict[str, np.ndarray] = {}
         self._geom_faces: dict[str, np.ndarray] = {}  # camera -> [ngeom] mesh faces drawn
         if settings.detail != "full" and culling_is_exact(
             scene.model, settings.shadows, settings.reflections
@@ -119,6 +125,7 @@ class FrameRenderer:
             for cam in self.cameras:
                 drawn = self._render_models.get(cam.name)
                 self._cull_radii[cam.name] = geom_radii(scene.model, drawn)
+                self._cull_boxes[cam.name] = geom_boxes(scene.model, drawn)
                 drawn = scene.model if drawn is None else drawn
                 faces = np.zeros(drawn.ngeom, np.int64)
                 is_mesh = drawn.geom_type == mujoco.mjtGeom.mjGEOM_MESH
@@ -226,7 +233,10 @@ class FrameRenderer:
         radii = self._cull_radii.get(cam.name)
         if radii is not None:
             self._count_culled(
-                cam.name, cull_outside_view(renderer.scene, radii, cam.width / cam.height)
+                cam.name,
+                cull_outside_view(
+                    renderer.scene, radii, cam.width / cam.height, self._cull_boxes[cam.name]
+                ),
             )
         layer = self._layer(cam)
         if layer is None:

@@ -8,14 +8,15 @@ import mujoco
 import numpy as np
 import pytest
 from demofactory.simulation.render import FrameRenderer, keep_freed_heap
-from demofactory.simulation.view_cull import culling_is_exact
+from demofactory.simulation.view_cull import cull_outside_view, culling_is_exact
 from demofactory.specs.spec import CameraSpec, RenderSpec
 
 pytestmark = pytest.mark.sim  # renders with MuJoCo's GL context
 
 # Visual geoms (group 1: the factory does not draw group 0). A camera at z = 2 looking down -z
 # (45 degree fovy, 48x40 px: at the floor, z = 0, it sees |x| < 0.99, |y| < 0.83); 'edge', at
-# x = 1.1 with radius 0.2, straddles the side plane.
+# x = 1.1 with radius 0.2, straddles the side plane; 'rod', a thin bar beside the view, reaches
+# into it with its bounding sphere (radius 1.2) but not with its box.
 XML = """
 <mujoco>
   <visual><global offwidth="64" offheight="64"/></visual>
@@ -33,6 +34,7 @@ XML = """
     <geom name="aside" type="box" size="0.1 0.1 0.1" pos="2.5 0 0.1" rgba="0 0 1 1"/>
     <geom name="behind" type="sphere" size="0.1" pos="0 0 2.5" rgba="1 1 0 1"/>
     <geom name="mesh_aside" type="mesh" mesh="tetra" pos="-2.5 0 0.1" rgba="0 1 1 1"/>
+    <geom name="rod" type="box" size="0.02 1.2 0.02" pos="1.3 0 0.05" rgba="1 0 1 1"/>
   </worldbody>
 </mujoco>
 """
@@ -89,12 +91,33 @@ def test_culled_geoms_change_no_pixel_of_rgb_depth_or_labels():
         assert np.array_equal(a.depth, b.depth)
         assert np.array_equal(a.labels, b.labels)
     frames, geoms, faces = culled["top"]
-    # 'aside', 'behind' and 'mesh_aside' in all three frames, the box in the one it moved out
-    assert (frames, geoms) == (3, 10)
+    # 'aside', 'behind', 'mesh_aside' and 'rod' (by its box) in all three frames, the box in
+    # the one it moved out
+    assert (frames, geoms) == (3, 13)
     assert faces == 3 * int(scene.model.mesh_facenum[0])  # the tetrahedron's 4 faces, thrice
     labels = np.concatenate([v.labels.ravel() for v in full])
     assert geom_id(scene.model, "edge") + 1 in labels  # straddles the frustum: kept and seen
     assert geom_id(scene.model, "aside") + 1 not in labels
+    assert geom_id(scene.model, "rod") + 1 not in labels
+
+
+def test_a_geom_is_culled_by_its_box_where_its_sphere_reaches_into_view():
+    scene = XmlScene()
+    scene.set_state(states(scene)[0])
+    renderer = FrameRenderer(
+        scene, [CameraSpec(name="top", width=48, height=40)], RenderSpec(detail=500)
+    )
+    try:
+        rod = geom_id(scene.model, "rod")
+        boxes = renderer._cull_boxes["top"]
+        assert np.allclose(boxes[rod, 3:], np.array([0.02, 1.2, 0.02]) * 1.01 + 1e-3)
+        gl = renderer._renderer(renderer.cameras[0])
+        gl.update_scene(scene.data, camera="top", scene_option=renderer._option)
+        assert rod not in cull_outside_view(gl.scene, renderer._cull_radii["top"], 48 / 40)
+        gl.update_scene(scene.data, camera="top", scene_option=renderer._option)
+        assert rod in cull_outside_view(gl.scene, renderer._cull_radii["top"], 48 / 40, boxes)
+    finally:
+        renderer.close()
 
 
 def test_culling_is_off_where_an_unseen_geom_could_cast_a_shadow_into_view():
