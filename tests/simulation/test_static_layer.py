@@ -14,6 +14,7 @@ from demofactory.simulation.static_layer import camera_is_fixed, static_geoms
 from demofactory.specs.spec import CameraSpec, RenderSpec, load_spec
 
 from tests.conftest import SPECS
+from tests.simulation.xml_scene import XmlScene
 
 pytestmark = pytest.mark.sim  # renders with MuJoCo's GL context
 
@@ -53,10 +54,7 @@ XML = """
 """
 
 
-class XmlScene:
-    """What FrameRenderer reads from a Scene, for a bare MuJoCo model (no robosuite env: no XML
-    to decimate, so `auto` differs from `full` only by culling and the static layer)."""
-
+class LayerScene(XmlScene):
     def __init__(
         self,
         castshadow: bool = False,
@@ -70,16 +68,10 @@ class XmlScene:
             glass_alpha=glass_alpha,
             moving_alpha=moving_alpha,
         )
-        self.model = mujoco.MjModel.from_xml_string(xml)
-        self.data = mujoco.MjData(self.model)
-        self.bodies = {"mover": 1}
-
-    def set_state(self, state: np.ndarray) -> None:
-        self.data.qpos[:] = state
-        mujoco.mj_forward(self.model, self.data)
+        super().__init__(xml)
 
 
-def states(scene: XmlScene) -> list[np.ndarray]:
+def states(scene: LayerScene) -> list[np.ndarray]:
     """The box in view, in front of the post, resting on the floor, out of view, back in."""
     out = []
     for x, y, z in (
@@ -120,14 +112,14 @@ def same_pictures(scene, camera: str = "top", **render) -> dict:
 
 
 def test_moving_geoms_drawn_over_the_kept_static_picture_give_mujocos_picture():
-    scene = XmlScene()
+    scene = LayerScene()
     counts = same_pictures(scene)
     # drawn once, then kept: the box moved, nothing static did
     assert counts == {"top": {"kept": 4, "redrawn": 1, "whole": 0}}
 
 
 def test_the_geom_view_reads_and_writes_the_scenes_geoms():
-    scene = XmlScene()
+    scene = LayerScene()
     scene.set_state(states(scene)[0])
     scn = mujoco.MjvScene(scene.model, 50)
     option, camera = mujoco.MjvOption(), mujoco.MjvCamera()
@@ -151,7 +143,7 @@ def test_the_geom_view_reads_and_writes_the_scenes_geoms():
 
 
 def test_which_geoms_and_cameras_count_as_static():
-    model = XmlScene().model
+    model = LayerScene().model
     names = {mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) for g in range(model.ngeom)}
     static = {
         mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g)
@@ -165,12 +157,12 @@ def test_which_geoms_and_cameras_count_as_static():
 
 
 def test_a_camera_that_moves_is_drawn_whole():
-    counts = same_pictures(XmlScene(), camera="chase")
+    counts = same_pictures(LayerScene(), camera="chase")
     assert counts == {}  # no layer made for it
 
 
 def test_the_static_picture_is_drawn_again_when_what_it_shows_changes():
-    scene = XmlScene()
+    scene = LayerScene()
     cam = CameraSpec(name="top", width=48, height=40)
     full = FrameRenderer(scene, [cam], RenderSpec(detail="full"))
     auto = FrameRenderer(scene, [cam], RenderSpec(detail="auto"))
@@ -207,10 +199,10 @@ def test_the_static_picture_is_drawn_again_when_what_it_shows_changes():
 
 def test_see_through_geoms_that_could_blend_with_moving_ones_are_drawn_whole():
     # a moving see-through geom: every frame whole but the one where view culling drops it
-    counts = same_pictures(XmlScene(moving_alpha=0.5))
+    counts = same_pictures(LayerScene(moving_alpha=0.5))
     assert counts["top"] == {"kept": 0, "redrawn": 1, "whole": 4}
     # a static see-through geom in view: whole
-    counts = same_pictures(XmlScene(glass_pos="-0.3 -0.3 0.4"))
+    counts = same_pictures(LayerScene(glass_pos="-0.3 -0.3 0.4"))
     assert counts["top"]["whole"] == 5
     # ... under the floor (robosuite's IK targets at z = -1), and an alpha-0 geom on the mover:
     # composited (the first test's scene has both)
@@ -219,8 +211,8 @@ def test_see_through_geoms_that_could_blend_with_moving_ones_are_drawn_whole():
 def test_no_layer_where_it_could_not_be_exact():
     # a light that casts shadows (a moving geom shadows the static ones), or anti-aliasing
     # (an edge pixel mixes static and moving geoms): drawn whole, and still the same pictures
-    assert same_pictures(XmlScene(castshadow=True), shadows=True) == {}
-    assert same_pictures(XmlScene(), multisamples=4) == {}
+    assert same_pictures(LayerScene(castshadow=True), shadows=True) == {}
+    assert same_pictures(LayerScene(), multisamples=4) == {}
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ from demofactory.simulation.render import FrameRenderer, keep_freed_heap
 from demofactory.simulation.view_cull import cull_outside_view, culling_is_exact
 from demofactory.specs.spec import CameraSpec, RenderSpec
 
+from tests.simulation.xml_scene import XmlScene
+
 pytestmark = pytest.mark.sim  # renders with MuJoCo's GL context
 
 # Visual geoms (group 1: the factory does not draw group 0). A camera at z = 2 looking down -z
@@ -40,21 +42,12 @@ XML = """
 """
 
 
-class XmlScene:
-    """What FrameRenderer reads from a Scene, for a bare MuJoCo model (no robosuite env, so
-    render.detail has no XML to decimate: only culling differs between the renderers)."""
-
+class CullScene(XmlScene):
     def __init__(self, castshadow: bool = False):
-        self.model = mujoco.MjModel.from_xml_string(XML.format(castshadow=str(castshadow).lower()))
-        self.data = mujoco.MjData(self.model)
-        self.bodies = {"mover": 1}
-
-    def set_state(self, state: np.ndarray) -> None:
-        self.data.qpos[:] = state
-        mujoco.mj_forward(self.model, self.data)
+        super().__init__(XML.format(castshadow=str(castshadow).lower()))
 
 
-def states(scene: XmlScene) -> list[np.ndarray]:
+def states(scene: CullScene) -> list[np.ndarray]:
     """The box in view, then moved out to the side, then back in."""
     out = []
     for x in (0.0, 3.0, 0.4):
@@ -68,7 +61,7 @@ def geom_id(model, name: str) -> int:
     return mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, name)
 
 
-def render_all(scene: XmlScene, detail, shadows: bool = False):
+def render_all(scene: CullScene, detail, shadows: bool = False):
     cam = CameraSpec(name="top", width=48, height=40, depth=True, segmentation="geom")
     renderer = FrameRenderer(scene, [cam], RenderSpec(detail=detail, shadows=shadows))
     views = []
@@ -82,7 +75,7 @@ def render_all(scene: XmlScene, detail, shadows: bool = False):
 
 
 def test_culled_geoms_change_no_pixel_of_rgb_depth_or_labels():
-    scene = XmlScene()
+    scene = CullScene()
     full, none_culled = render_all(scene, "full")
     culled_views, culled = render_all(scene, 500)
     assert none_culled == {}  # full draws every geom, as MuJoCo does
@@ -102,7 +95,7 @@ def test_culled_geoms_change_no_pixel_of_rgb_depth_or_labels():
 
 
 def test_a_geom_is_culled_by_its_box_where_its_sphere_reaches_into_view():
-    scene = XmlScene()
+    scene = CullScene()
     scene.set_state(states(scene)[0])
     renderer = FrameRenderer(
         scene, [CameraSpec(name="top", width=48, height=40)], RenderSpec(detail=500)
@@ -121,7 +114,7 @@ def test_a_geom_is_culled_by_its_box_where_its_sphere_reaches_into_view():
 
 
 def test_culling_is_off_where_an_unseen_geom_could_cast_a_shadow_into_view():
-    scene = XmlScene(castshadow=True)
+    scene = CullScene(castshadow=True)
     assert not culling_is_exact(scene.model, shadows=True, reflections=False)
     assert culling_is_exact(scene.model, shadows=False, reflections=False)
     _, culled = render_all(scene, 500, shadows=True)
