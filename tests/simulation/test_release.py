@@ -84,28 +84,35 @@ def test_place_shift_moves_a_box_off_the_divider(pick_place):
 @pytest.mark.sim
 @pytest.mark.slow
 def test_pick_place_human_puts_the_cereal_down_in_its_quadrant(pick_place):
+    """The shard's first 8 attempts, each put down (`lower`) and with the person's own release
+    (`replay`). Counted over attempts, not read off one: which attempt succeeds, and whether a
+    given box stands, moves with the last bits of the physics, and those differ between CPUs
+    (numba compiles the fast loop for the host's vector width): on one machine the first
+    success stood, on another (AVX-512) it leans at 32 degrees and three others stand."""
     spec, resolved = pick_place
-    # The first success of the shard (about half the attempts succeed): which attempt it is
-    # moves with any change to the start state (attempt 2 since depenetration takes each pair's
-    # deepest contact; 16 of 30 succeed, 17 before).
-    for i in range(8):
-        plan = AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i))
-        lowered = generate_attempt(resolved.scene, resolved.demos, plan, resolved.params)
-        if lowered.success:
-            break
-    placed = {p["object"]: p["moved"] for p in lowered.provenance["placed"]}
-    assert placed["cereal"][0] < 0  # moved off the divider
-    assert placed["can"][2] < -0.05  # the person dropped the can from 10+ cm
-    assert lowered.success
-    cereal = resolved.scene.object_pose("cereal")
-    assert cereal[2, 2] > np.cos(np.radians(10))  # it stands: it did not topple
-    # The same attempt with the person's own release: the box leans on the divider.
     replay = load_spec(
         SPECS / "pick_place_human.yaml",
         {"cameras": [], "generation.attempts": 10, "generation.release": "replay"},
     )
-    params = mimicgen_params(replay)
-    dropped = generate_attempt(resolved.scene, resolved.demos, plan, params)
-    assert "placed" not in dropped.provenance
-    assert not dropped.success
-    assert resolved.scene.object_pose("cereal")[2, 2] < np.cos(np.radians(30))
+    replay_params = mimicgen_params(replay)
+    upright = np.cos(np.radians(10))
+    lowered = {"success": 0, "standing": 0}
+    dropped = {"success": 0, "standing": 0}
+    for i in range(8):
+        plan = AttemptPlan(i, 0, attempt_seed(spec.seed, 0, i))
+        put = generate_attempt(resolved.scene, resolved.demos, plan, resolved.params)
+        lowered["success"] += put.success
+        lowered["standing"] += resolved.scene.object_pose("cereal")[2, 2] > upright
+        placed = {p["object"]: p["moved"] for p in put.provenance.get("placed", ())}
+        if "cereal" in placed and np.any(placed["cereal"]):
+            assert placed["cereal"][0] < 0  # moved off the divider, into its quadrant
+        if "can" in placed:
+            assert placed["can"][2] < -0.05  # the person dropped the can from 10+ cm
+        fell = generate_attempt(resolved.scene, resolved.demos, plan, replay_params)
+        assert "placed" not in fell.provenance
+        dropped["success"] += fell.success
+        dropped["standing"] += resolved.scene.object_pose("cereal")[2, 2] > upright
+    # Put down, boxes stand and attempts succeed; let go where the person let go, the box
+    # lands across the divider, leans on it, and no attempt succeeds.
+    assert lowered["success"] >= 2 and lowered["standing"] >= 2, lowered
+    assert dropped == {"success": 0, "standing": 0}
