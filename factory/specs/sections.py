@@ -589,8 +589,9 @@ class RenderSpec(StrictModel):
         "full",
         description="Visual mesh detail: full; auto (a face budget per mesh from the cameras' "
         "resolution and field of view); or a positive number of faces per mesh. Other than full "
-        "also skips the geoms wholly outside each camera's view (exact). Collision geoms and "
-        "physics are never changed (docs/render_detail.md).",
+        "also skips the geoms wholly outside each camera's view, and a camera that never moves "
+        "draws the static geoms once and only the moving ones per frame (both exact). Collision "
+        "geoms and physics are never changed (docs/render_detail.md).",
     )
     gpus_per_worker: float = Field(
         0.0,
