@@ -78,9 +78,6 @@ class StaticLayer:
         self.textures = 0  # bumped by the owner when textures are uploaded again
         self.hits = self.misses = self.whole = 0
 
-    def invalidate(self) -> None:
-        self._key = None
-
     def key(self, model: mujoco.MjModel, data: mujoco.MjData, flags: np.ndarray) -> bytes:
         """Everything the static picture depends on beyond the model's fixed structure."""
         ids, cam = self._static_ids, self.camera
