@@ -33,12 +33,14 @@ from demofactory.simulation.mesh_detail import (
     plan_meshes,
 )
 from demofactory.simulation.scene import Scene
-from demofactory.simulation.static_layer import StaticLayer, camera_is_fixed
+from demofactory.simulation.static_layer import StaticLayer, camera_is_fixed, static_geoms
 from demofactory.simulation.view_cull import (
+    Occlusion,
     cull_outside_view,
     culling_is_exact,
     geom_boxes,
     geom_radii,
+    occlusion_inputs,
 )
 from demofactory.specs.spec import CameraSpec, RenderSpec
 from PIL import Image
@@ -119,6 +121,8 @@ class FrameRenderer:
         self._cull_radii: dict[str, np.ndarray] = {}
         self._cull_boxes: dict[str, np.ndarray] = {}
         self._geom_faces: dict[str, np.ndarray] = {}  # camera -> [ngeom] mesh faces drawn
+        self._occlusion: dict[str, Occlusion] = {}  # camera -> what the occlusion test needs
+        static = static_geoms(scene.model)
         if settings.detail != "full" and culling_is_exact(
             scene.model, settings.shadows, settings.reflections
         ):
@@ -131,6 +135,7 @@ class FrameRenderer:
                 is_mesh = drawn.geom_type == mujoco.mjtGeom.mjGEOM_MESH
                 faces[is_mesh] = drawn.mesh_facenum[drawn.geom_dataid[is_mesh]]
                 self._geom_faces[cam.name] = faces
+                self._occlusion[cam.name] = occlusion_inputs(drawn, faces, static)
         # camera -> [frames, geoms culled, mesh faces culled], summed over its frames
         self.culled: dict[str, list[int]] = {name: [0, 0, 0] for name in self._cull_radii}
         # cameras that never move keep a picture of the static geoms (static_layer: exact where
@@ -141,6 +146,8 @@ class FrameRenderer:
                 cam_id = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_CAMERA, cam.name)
                 if cam_id >= 0 and camera_is_fixed(scene.model, cam_id):
                     self._fixed[cam.name] = cam_id
+                    # its static geoms are drawn once into the kept picture: not worth testing
+                    self._occlusion[cam.name].heavy &= ~static
         self._layers: dict[tuple, StaticLayer] = {}  # renderer key -> its static picture
 
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
@@ -235,7 +242,11 @@ class FrameRenderer:
             self._count_culled(
                 cam.name,
                 cull_outside_view(
-                    renderer.scene, radii, cam.width / cam.height, self._cull_boxes[cam.name]
+                    renderer.scene,
+                    radii,
+                    cam.width / cam.height,
+                    self._cull_boxes[cam.name],
+                    self._occlusion[cam.name],
                 ),
             )
         layer = self._layer(cam)

@@ -123,3 +123,126 @@ def test_culling_is_off_where_an_unseen_geom_could_cast_a_shadow_into_view():
 
 def test_the_heap_is_kept_once_per_process():
     assert keep_freed_heap() is keep_freed_heap()
+
+
+# Occlusion: a camera at z = 2 looking down (45 degrees: |x|, |y| < 0.83 at the floor), a heavy
+# mesh 'blob' (a sphere's hull of 1,196 faces, radius 0.1) under an opaque box 'lid' at z = 1.
+# The lid moves (a free joint) unless `lid_static`; the floor is static. With `camera_moves` the
+# camera is on a slide joint (left at 0): no static layer, so the static geoms are tested too.
+def _sphere_points(n: int = 600, radius: float = 0.1) -> str:
+    i = np.arange(n) + 0.5
+    z = 1 - 2 * i / n
+    phi = np.pi * (1 + 5**0.5) * i
+    r = np.sqrt(1 - z * z)
+    pts = radius * np.stack([r * np.cos(phi), r * np.sin(phi), z], 1)
+    return " ".join(f"{v:.6f}" for v in pts.ravel())
+
+
+OCCLUSION_XML = """
+<mujoco>
+  <visual><global offwidth="64" offheight="64"/></visual>
+  <asset><mesh name="ball" vertex="{ball}"/></asset>
+  <default><geom group="1"/></default>
+  <worldbody>
+    <light name="sun" pos="0 0 3" dir="0 0 -1" castshadow="false"/>
+    <geom name="floor" type="plane" size="3 3 0.1" rgba="0.8 0.8 0.8 1"/>
+    <body name="blob" pos="0 0 0.3">
+      <freejoint/>
+      <geom name="blob" type="mesh" mesh="ball" rgba="1 0 0 1"/>
+    </body>
+    <body name="lid" pos="0 0 1">
+      {lid_joint}
+      <geom name="lid" type="box" size="{half} {half} 0.02" rgba="0 0 1 {alpha}"/>
+    </body>
+    {camera}
+  </worldbody>
+</mujoco>
+"""
+
+
+class OcclusionScene(XmlScene):
+    def __init__(
+        self,
+        half: float = 0.3,
+        alpha: float = 1.0,
+        lid_static: bool = False,
+        camera_moves: bool = False,
+    ):
+        joint = "" if lid_static else "<freejoint/>"
+        camera = '<camera name="top" fovy="45"/>'
+        if camera_moves:  # on a body of its own, after the others: qpos keeps blob, lid first
+            inertial = '<inertial pos="0 0 0" mass="0.1" diaginertia="1e-3 1e-3 1e-3"/>'
+            camera = f'<body name="eye" pos="0 0 2"><joint type="slide"/>{inertial}{camera}</body>'
+        else:
+            camera = camera.replace("/>", ' pos="0 0 2"/>')
+        xml = OCCLUSION_XML.format(
+            ball=_sphere_points(), half=half, alpha=alpha, lid_joint=joint, camera=camera
+        )
+        super().__init__(xml, bodies={"blob": 1})
+
+    def at(self, blob_x: float, lid_x: float = 0.0) -> np.ndarray:
+        q = self.model.qpos0.copy()
+        q[0] = blob_x
+        if self.model.nq > 7:
+            q[7] = lid_x
+        return q
+
+
+def culled_per_frame(scene: XmlScene, states: list[np.ndarray]) -> tuple[list[set[str]], list]:
+    """Per state: the geoms culled by `render.detail: 500` (culling only: no XML to decimate),
+    and the views of full and culled rendering, which must match bit for bit."""
+    cam = CameraSpec(name="top", width=48, height=40, depth=True, segmentation="geom")
+    full = FrameRenderer(scene, [cam], RenderSpec(detail="full"))
+    culling = FrameRenderer(scene, [cam], RenderSpec(detail=500))
+    culled, labels = [], []
+    seen: list[int] = []
+    culling._count_culled = lambda camera, geoms: seen.extend([-1, *geoms])
+    try:
+        for state in states:
+            scene.set_state(state)
+            a, b = full.render_views()["top"], culling.render_views()["top"]
+            assert np.array_equal(a.rgb, b.rgb)
+            assert np.array_equal(a.depth, b.depth)
+            assert np.array_equal(a.labels, b.labels)
+            culled.append({mujoco.mj_id2name(scene.model, mujoco.mjtObj.mjOBJ_GEOM, g)
+                           for g in seen[seen.index(-1) + 1 :]})  # fmt: skip
+            seen.clear()
+            labels.append(set(np.unique(a.labels).tolist()))
+    finally:
+        full.close()
+        culling.close()
+    return culled, labels
+
+
+def test_a_heavy_mesh_hidden_behind_an_opaque_box_is_culled_and_no_pixel_changes():
+    scene = OcclusionScene()
+    blob = geom_id(scene.model, "blob") + 1  # segmentation labels are geom id + 1
+    # under the lid (its shadow at the blob's height reaches |x| < 0.51); half out of it, where
+    # it shows; with the lid moved out of view
+    culled, labels = culled_per_frame(scene, [scene.at(0.0), scene.at(0.5), scene.at(0.0, 3.0)])
+    assert "blob" in culled[0] and blob not in labels[0]
+    assert "blob" not in culled[1] and blob in labels[1]
+    assert "blob" not in culled[2] and blob in labels[2]
+    assert "lid" in culled[2]  # out of view
+    assert "floor" not in set().union(*culled)  # only partly hidden, and by a box that moves
+
+
+def test_a_see_through_box_hides_nothing():
+    scene = OcclusionScene(alpha=0.5)
+    culled, labels = culled_per_frame(scene, [scene.at(0.0)])
+    assert "blob" not in culled[0]
+
+
+def test_a_static_geom_is_culled_only_behind_a_static_box():
+    # a lid half 0.6 wide hides the whole view of the floor (its shadow at z = 0: |x| < 1.2)
+    moving = OcclusionScene(half=0.6, camera_moves=True)
+    culled, _ = culled_per_frame(moving, [moving.at(0.0)])
+    assert culled[0] == {"blob"}  # the floor stays: a fixed camera keeps it in its static picture
+    fixed = OcclusionScene(half=0.6, lid_static=True, camera_moves=True)
+    culled, labels = culled_per_frame(fixed, [fixed.at(0.0)])
+    assert culled[0] == {"blob", "floor"}
+    assert labels[0] == {geom_id(fixed.model, "lid") + 1}
+    # a fixed camera draws its static geoms once, into its kept picture: they are not tested
+    kept = OcclusionScene(half=0.6, lid_static=True)
+    culled, _ = culled_per_frame(kept, [kept.at(0.0)])
+    assert culled[0] == {"blob"}
