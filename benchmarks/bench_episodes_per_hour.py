@@ -18,6 +18,10 @@ episodes it wrote. Three ways to count core-hours:
 - `in_worker`: one core for the worker's shard time (generation.json's per-shard wall_s:
   generate + render + write), i.e. the steady state of a long run.
 
+`cpu_s_by_process` splits the `cpu` seconds by process name (from /proc/<pid>/cmdline): the
+driver (`factory`), the worker (`ray::_ShardActor`), Ray's `gcs_server`, `raylet`, dashboard
+and agents.
+
 On a shared machine the wall-clock figures suffer twice: other jobs take the cores, and
 Ray runs its workers at nice 15 (Ray's default worker niceness), below them.
 
@@ -60,9 +64,10 @@ MIMICGEN_STACK = {
 }
 
 
-def run_factory(spec: Path, out: Path, attempts: int) -> tuple[float, float]:
-    """`factory run` with one worker; returns its wall time and its processes' CPU time, seconds."""
-    return run_measured(
+def run_factory(spec: Path, out: Path, attempts: int) -> tuple[float, float, dict[str, float]]:
+    """`factory run` with one worker; returns its wall time, its processes' CPU time (seconds)
+    and that CPU time by process name."""
+    return run_measured_by_process(
         [
             str(Path(sys.executable).parent / "factory"),
             "run",
@@ -81,12 +86,19 @@ def run_factory(spec: Path, out: Path, attempts: int) -> tuple[float, float]:
 def run_measured(command: list[str]) -> tuple[float, float]:
     """Run `command`; (wall seconds, CPU seconds of it and every process under it, sampled twice a
     second). Exits with the command's output tail if it fails."""
+    wall, cpu, _ = run_measured_by_process(command)
+    return wall, cpu
+
+
+def run_measured_by_process(command: list[str]) -> tuple[float, float, dict[str, float]]:
+    """`run_measured`, and the CPU seconds by process name (`_process_name`)."""
     start = time.perf_counter()
     cpu: dict[int, float] = {}  # pid -> CPU seconds, the latest sample
+    names: dict[int, str] = {}
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, stdout=log, stderr=log, env=dict(os.environ))
         while process.poll() is None:
-            sample_cpu(process.pid, cpu)
+            sample_cpu(process.pid, cpu, names)
             time.sleep(0.5)
         wall = time.perf_counter() - start
         if process.returncode != 0:
@@ -95,11 +107,16 @@ def run_measured(command: list[str]) -> tuple[float, float]:
                 f"{command[0]} failed ({process.returncode}):\n"
                 f"{log.read()[-2000:].decode(errors='replace')}"
             )
-    return wall, sum(cpu.values())
+    by_name: dict[str, float] = {}
+    for pid, seconds in cpu.items():
+        name = names.get(pid, "?")
+        by_name[name] = round(by_name.get(name, 0.0) + seconds, 1)
+    return wall, sum(cpu.values()), dict(sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
-def sample_cpu(root: int, cpu: dict[int, float]) -> None:
-    """Record the CPU seconds of `root` and all its descendants (from /proc/<pid>/stat)."""
+def sample_cpu(root: int, cpu: dict[int, float], names: dict[int, str] | None = None) -> None:
+    """Record the CPU seconds of `root` and all its descendants (from /proc/<pid>/stat), and
+    their names into `names`."""
     parents, times = {}, {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -118,9 +135,38 @@ def sample_cpu(root: int, cpu: dict[int, float]) -> None:
             ancestor = parents[ancestor]
         if ancestor == root:
             cpu[pid] = max(cpu.get(pid, 0.0), seconds)
+            if names is not None:
+                names[pid] = _process_name(pid) or names.get(pid, "?")
 
 
-def summarize(out: Path, wall_s: float, cpu_s: float, attempts: int, load_before: float) -> dict:
+def _process_name(pid: int) -> str | None:
+    """A process's name from its command line: Ray's title (`ray::_ShardActor`, set by Ray over
+    the worker's argv), else the script a Python runs (`dashboard.py`), else the program."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:  # the process ended meanwhile
+        return None
+    if not args or not args[0]:
+        return None
+    if args[0].startswith("ray::"):
+        return args[0].split()[0].split(".")[0]
+    program = os.path.basename(args[0].split()[0])
+    if program.startswith("python"):
+        script = next((a for a in args[1:] if a and not a.startswith("-")), None)
+        if script:
+            return os.path.basename(script)
+    return program
+
+
+def summarize(
+    out: Path,
+    wall_s: float,
+    cpu_s: float,
+    attempts: int,
+    load_before: float,
+    cpu_by_process: dict[str, float] | None = None,
+) -> dict:
     generation = json.loads((out / "generation.json").read_text())["shards"]
     info = json.loads((out / "dataset_info.json").read_text())
     successes = sum(entry["successes"] for entry in generation.values())
@@ -144,6 +190,7 @@ def summarize(out: Path, wall_s: float, cpu_s: float, attempts: int, load_before
         "wall_s": round(wall_s, 1),
         "worker_s": round(worker_s, 1),
         "cpu_s": round(cpu_s, 1),
+        "cpu_s_by_process": cpu_by_process or {},
         "s_per_rendered_success": {
             k: round(3600 / v, 1) if v else None for k, v in per_hour.items()
         },
@@ -170,8 +217,8 @@ def spec_with_detail(spec: Path, detail: str, out: Path) -> Path:
 def measure(spec: Path, tmp: Path, attempts: int) -> dict:
     load_before = os.getloadavg()[0]
     out = tmp / "stack"
-    wall, cpu = run_factory(spec, out, attempts)
-    return summarize(out, wall, cpu, attempts, load_before)
+    wall, cpu, by_process = run_factory(spec, out, attempts)
+    return summarize(out, wall, cpu, attempts, load_before, by_process)
 
 
 def main() -> None:
