@@ -55,7 +55,7 @@ OCCLUDEE_MIN_FACES = 1000
 OCCLUDER_SHRINK = 1e-3
 OCCLUDER_SHRINK_PER_M = 0.01
 OCCLUSION_GAP = 1e-3
-OCCLUSION_RETEST = 8  # frames between two tests of a heavy geom last found in sight
+OCCLUSION_RETEST = 8  # every this many frames, all heavy geoms in view are tested
 # The frustum's 5 planes (0: near, then right, left, top, bottom) and a box's 6 (5-7: +axes,
 # 8-10: -axes): the triples whose crossings can be corners of their intersection. Not a box's
 # two parallel faces, and of the frustum's planes only those that meet in an edge (near and a
@@ -149,20 +149,23 @@ class Occlusion:
     """What the occlusion test needs of a model and the meshes a camera draws, and which geoms
     it may skip this frame.
 
-    A geom found in sight is tested again only every OCCLUSION_RETEST frames (and a hidden one
-    every frame): a geom is culled only when the test of this very frame finds it hidden, so
-    the pictures stay exact, and the test's cost goes to the geoms that were hidden lately (an
-    arm's links in sight of a fixed camera would otherwise be tested, in vain, every frame)."""
+    The heavy geoms in view are all tested every OCCLUSION_RETEST-th frame, and between those
+    only the ones found hidden at their last test: a geom is culled only when the test of this
+    very frame finds it hidden, so the pictures stay exact, and the test's cost goes to the
+    geoms that were hidden lately (an arm's links in sight of a fixed camera would otherwise be
+    tested, in vain, every frame). One frame in OCCLUSION_RETEST tests them all at once: a test
+    costs about as much for one geom as for ten."""
 
     heavy: np.ndarray  # [ngeom] bool: what is worth testing (occlusion_inputs)
     static: np.ndarray  # [ngeom] bool: geoms that no joint moves (static_layer.static_geoms)
     # [nmat] bool: a material that may let what is behind show through a box (a texture with
     # an alpha channel, in any role)
     see_through_mat: np.ndarray
-    wait: np.ndarray = field(init=False)  # [ngeom] frames before a geom in sight is tested
+    hidden: np.ndarray = field(init=False)  # [ngeom] bool: found hidden at its last test
+    frame: int = field(init=False, default=0)  # frames culled so far
 
     def __post_init__(self) -> None:
-        self.wait = np.zeros(len(self.heavy), np.int64)
+        self.hidden = np.zeros(len(self.heavy), bool)
 
 
 def occlusion_inputs(model: mujoco.MjModel, faces: np.ndarray, static: np.ndarray) -> Occlusion:
@@ -225,33 +228,36 @@ def cull_outside_view(
     ):
         # the side plane u = t z, u along `axis`; outward normal sign (axis - t forward)
         planes.append((sign * (axis - t * forward) / math.sqrt(1 + t * t), 0.0))
-    outside = np.zeros(len(candidates), bool)
-    for normal, offset in planes:
-        outside |= d @ normal - offset > radius  # the sphere, about the geom's centre
-        if boxes is not None:  # the box: its centre beyond by more than its reach along normal
-            reach = np.abs(np.einsum("nij,i->nj", axes, normal)).sum(axis=1)
-            outside |= box_d @ normal - offset > reach
+    normals = np.array([n for n, _ in planes])  # [5, 3]
+    offsets = np.array([o for _, o in planes])
+    # the sphere, about the geom's centre, beyond a plane
+    outside = (d @ normals.T - offsets > radius[:, None]).any(axis=1)
+    if boxes is not None:  # the box: its centre beyond by more than its reach along the normal
+        reach = np.abs(np.einsum("nij,pi->npj", axes, normals)).sum(axis=2)  # [n, 5]
+        outside |= (box_d @ normals.T - offsets > reach).any(axis=1)
     if occlusion is not None and boxes is not None:
         ids = objid[candidates]
-        heavy = ~outside & occlusion.heavy[ids]
-        waiting = heavy & (occlusion.wait[ids] > 0)
-        occlusion.wait[ids[waiting]] -= 1
-        tested = heavy & ~waiting
+        tested = ~outside & occlusion.heavy[ids]
+        if occlusion.frame % OCCLUSION_RETEST:
+            tested &= occlusion.hidden[ids]
+        occlusion.frame += 1
         if tested.any():
             drawn = kinds != _GEOM_NONE
             drawn[candidates[outside]] = False  # an occluder must be drawn
             hidden = _hidden_behind(
-                view, drawn, occlusion, planes, forward, near, cam.pos,
+                view, drawn, occlusion, normals, offsets, forward, near, cam.pos,
                 box_d[tested], axes[tested], ids[tested],
             )  # fmt: skip
-            occlusion.wait[ids[tested]] = np.where(hidden, 0, OCCLUSION_RETEST - 1)
+            occlusion.hidden[ids[tested]] = hidden
             outside[np.flatnonzero(tested)[hidden]] = True
     culled = candidates[outside]
     kinds[culled] = _GEOM_NONE
     return objid[culled].tolist()
 
 
-def _hidden_behind(view, drawn, occlusion, planes, forward, near, cam_pos, box_d, axes, ids):
+def _hidden_behind(
+    view, drawn, occlusion, frustum_n, frustum_b, forward, near, cam_pos, box_d, axes, ids
+):
     """[n] bool: which of n boxes (centre from the camera `box_d`, half axes `axes` [n, 3, 3] as
     columns; of model geoms `ids`) are hidden behind one opaque box of the scene.
 
@@ -293,8 +299,7 @@ def _hidden_behind(view, drawn, occlusion, planes, forward, near, cam_pos, box_d
     if not keep.any():
         return hidden
     occluders, centres, rots, shrunk = occluders[keep], centres[keep], rots[keep], shrunk[keep]
-    frustum_n = np.array([n for n, _ in planes])
-    frustum_b = np.array([b for _, b in planes]) + OCCLUSION_GAP
+    frustum_b = frustum_b + OCCLUSION_GAP
     corners, valid = _box_frustum_corners(box_d, axes, frustum_n, frustum_b)  # [n, 120, 3]
     some = valid.any(axis=1)  # a box with no corner in view is left alone (never the case
     # after the frustum test, short of rounding)
