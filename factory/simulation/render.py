@@ -45,6 +45,7 @@ from demofactory.simulation.view_cull import (
 from demofactory.specs.spec import CameraSpec, RenderSpec
 from PIL import Image
 
+_SKYBOX = mujoco.mjtRndFlag.mjRND_SKYBOX
 MAX_PENDING_ENCODES = 4  # states rendered ahead of the encoder thread before rendering waits
 # glibc's malloc, for a rendering process (keep_freed_heap): freed memory up to this much stays
 # at the heap's top, and blocks up to MMAP_THRESHOLD come from the heap, not from mmap
@@ -146,8 +147,10 @@ class FrameRenderer:
                 cam_id = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_CAMERA, cam.name)
                 if cam_id >= 0 and camera_is_fixed(scene.model, cam_id):
                     self._fixed[cam.name] = cam_id
-                    # its static geoms are drawn once into the kept picture: not worth testing
+                    # its static geoms and its sky are drawn once into the kept picture: not
+                    # worth testing
                     self._occlusion[cam.name].heavy &= ~static
+                    self._occlusion[cam.name].test_sky = False
         self._layers: dict[tuple, StaticLayer] = {}  # renderer key -> its static picture
 
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
@@ -249,6 +252,16 @@ class FrameRenderer:
                     self._occlusion[cam.name],
                 ),
             )
+        occlusion = self._occlusion.get(cam.name)
+        skybox = flags[_SKYBOX]
+        if occlusion is not None and occlusion.sky_hidden:  # one opaque box fills the picture
+            flags[_SKYBOX] = 0
+        try:
+            return self._draw_views(renderer, cam, extras)
+        finally:
+            flags[_SKYBOX] = skybox
+
+    def _draw_views(self, renderer: mujoco.Renderer, cam: CameraSpec, extras: bool) -> CameraViews:
         layer = self._layer(cam)
         if layer is None:
             rgb = renderer.render()  # a new array each call (upright: mujoco flips the GL rows)

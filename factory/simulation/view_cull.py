@@ -161,8 +161,12 @@ class Occlusion:
     # [nmat] bool: a material that may let what is behind show through a box (a texture with
     # an alpha channel, in any role)
     see_through_mat: np.ndarray
+    # whether to test if one box covers the whole picture (then the sky is not drawn): for a
+    # camera that moves; a fixed one draws its sky once, into its static picture
+    test_sky: bool = True
     hidden: np.ndarray = field(init=False)  # [ngeom] bool: found hidden at its last test
     frame: int = field(init=False, default=0)  # frames culled so far
+    sky_hidden: bool = field(init=False, default=False)  # this frame's: no sky pixel shows
 
     def __post_init__(self) -> None:
         self.hidden = np.zeros(len(self.heavy), bool)
@@ -241,25 +245,94 @@ def cull_outside_view(
         if occlusion.frame % OCCLUSION_RETEST:
             tested &= occlusion.hidden[ids]
         occlusion.frame += 1
-        if tested.any():
+        occlusion.sky_hidden = False
+        if tested.any() or occlusion.test_sky:
             drawn = kinds != _GEOM_NONE
             drawn[candidates[outside]] = False  # an occluder must be drawn
-            hidden = _hidden_behind(
-                view, drawn, occlusion, normals, offsets, forward, near, cam.pos,
-                box_d[tested], axes[tested], ids[tested],
-            )  # fmt: skip
-            occlusion.hidden[ids[tested]] = hidden
-            outside[np.flatnonzero(tested)[hidden]] = True
+            far = float(cam.frustum_far)
+            occluders = _occluders(view, drawn, occlusion, forward, near, far, cam.pos)
+            if occluders is not None and tested.any():
+                hidden = _hidden_behind(
+                    occluders, view, occlusion, normals, offsets, forward,
+                    box_d[tested], axes[tested], ids[tested],
+                )  # fmt: skip
+                occlusion.hidden[ids[tested]] = hidden
+                outside[np.flatnonzero(tested)[hidden]] = True
+            if occluders is not None and occlusion.test_sky:
+                rays = np.array(
+                    [forward + x * right + y * up for x in (left_t, right_t)
+                     for y in (bottom_t, top_t)]
+                )  # fmt: skip
+                occlusion.sky_hidden = _sky_hidden(occluders, rays, far, forward)
     culled = candidates[outside]
     kinds[culled] = _GEOM_NONE
     return objid[culled].tolist()
 
 
-def _hidden_behind(
-    view, drawn, occlusion, frustum_n, frustum_b, forward, near, cam_pos, box_d, axes, ids
-):
+@dataclass
+class _Occluders:
+    """The opaque boxes in view that may hide something, from the camera: ids in the scene,
+    centres [m, 3], rotations [m, 3, 3], shrunk half sizes [m, 3]."""
+
+    ids: np.ndarray
+    centres: np.ndarray
+    rots: np.ndarray
+    halves: np.ndarray
+
+
+def _occluders(view, drawn, occlusion, forward, near, far, cam_pos) -> _Occluders | None:
+    """The scene's box geoms that can hide what is behind them: drawn, alpha 1, not flagged
+    transparent, no texture with alpha; wholly between the near and far planes (a box the near
+    plane clips would open, and one the far plane clips would let the sky through). Shrunk by
+    the margins (OCCLUDER_SHRINK). None when there are none."""
+    ids = np.flatnonzero(
+        drawn
+        & (view["type"] == _GEOM_BOX)
+        & (view["objtype"] == _OBJ_GEOM)
+        & (view["rgba"][:, 3] >= 1)
+        & (view["transparent"] == 0)
+    )
+    if not len(ids):
+        return None
+    matid = view["matid"][ids]
+    mats = occlusion.see_through_mat
+    opaque = matid < 0
+    if len(mats):
+        opaque |= ~mats[np.clip(matid, 0, len(mats) - 1)]
+    ids = ids[opaque]
+    centres = view["pos"][ids].astype(np.float64) - np.asarray(cam_pos)
+    rots = view["mat"][ids].astype(np.float64).reshape(-1, 3, 3)
+    halves = view["size"][ids].astype(np.float64)
+    # each box's depth extent: its centre's depth -/+ its half sizes along the view axis
+    extent = np.einsum("nj,nj->n", np.abs(np.einsum("nij,i->nj", rots, forward)), halves)
+    nearest, farthest = centres @ forward - extent, centres @ forward + extent
+    shrunk = halves - (OCCLUDER_SHRINK + OCCLUDER_SHRINK_PER_M * farthest)[:, None]
+    keep = (nearest > near + OCCLUSION_GAP) & (farthest < far) & (shrunk > 0).all(axis=1)
+    if not keep.any():
+        return None
+    return _Occluders(ids[keep], centres[keep], rots[keep], shrunk[keep])
+
+
+def _segments_hit(boxes: _Occluders, points: np.ndarray, forward) -> np.ndarray:
+    """[m, k] bool: whether the segment from the camera to each point (from the camera, [k, 3])
+    passes through each shrunk box and reaches OCCLUSION_GAP beyond its entry in depth."""
+    origin = -np.einsum("mj,mjk->mk", boxes.centres, boxes.rots)[:, None, :]  # box frames
+    dirs = np.einsum("pj,mjk->mpk", points, boxes.rots)
+    half = boxes.halves[:, None, :]
+    # a segment parallel to a slab: 1e-200 stands in for 0 (the times come out +-1e200 or so,
+    # and the slab test holds as with infinities)
+    inv = 1 / np.where(dirs == 0, 1e-200, dirs)
+    t1, t2 = (-half - origin) * inv, (half - origin) * inv
+    enter = np.minimum(t1, t2).max(axis=2)
+    leave = np.maximum(t1, t2).min(axis=2)
+    behind = (1 - enter) * (points @ forward)[None] >= OCCLUSION_GAP
+    return (enter > 0) & (enter < leave) & behind
+
+
+def _hidden_behind(occluders: _Occluders, view, occlusion, frustum_n, frustum_b, forward,
+                   box_d, axes, ids):  # fmt: skip
     """[n] bool: which of n boxes (centre from the camera `box_d`, half axes `axes` [n, 3, 3] as
-    columns; of model geoms `ids`) are hidden behind one opaque box of the scene.
+    columns; of model geoms `ids`) are hidden behind one of the `occluders`.
 
     Why it is exact. The points a box occluder O hides from the camera c are its shadow
     S = {p : the segment c-p passes through O}, a convex set (p = c + s (o - c) with o in O and
@@ -272,59 +345,27 @@ def _hidden_behind(
     must hide all of B n F (the union of two shadows need not be convex). A static geom is only
     culled by a static occluder: a fixed camera's static picture (static_layer) is kept while
     the static geoms stay, so what hides one of them must not move."""
-    occluders = np.flatnonzero(
-        drawn
-        & (view["type"] == _GEOM_BOX)
-        & (view["objtype"] == _OBJ_GEOM)
-        & (view["rgba"][:, 3] >= 1)
-        & (view["transparent"] == 0)
-    )
-    hidden = np.zeros(len(ids), bool)
-    if not len(occluders):
-        return hidden
-    matid = view["matid"][occluders]
-    mats = occlusion.see_through_mat
-    opaque = matid < 0
-    if len(mats):
-        opaque |= ~mats[np.clip(matid, 0, len(mats) - 1)]
-    occluders = occluders[opaque]
-    centres = view["pos"][occluders].astype(np.float64) - np.asarray(cam_pos)
-    rots = view["mat"][occluders].astype(np.float64).reshape(-1, 3, 3)
-    halves = view["size"][occluders].astype(np.float64)
-    # each occluder's depth extent: its centre's depth -/+ its half sizes along the view axis
-    extent = np.einsum("nj,nj->n", np.abs(np.einsum("nij,i->nj", rots, forward)), halves)
-    nearest, farthest = centres @ forward - extent, centres @ forward + extent
-    shrunk = halves - (OCCLUDER_SHRINK + OCCLUDER_SHRINK_PER_M * farthest)[:, None]
-    keep = (nearest > near + OCCLUSION_GAP) & (shrunk > 0).all(axis=1)
-    if not keep.any():
-        return hidden
-    occluders, centres, rots, shrunk = occluders[keep], centres[keep], rots[keep], shrunk[keep]
-    frustum_b = frustum_b + OCCLUSION_GAP
-    corners, valid = _box_frustum_corners(box_d, axes, frustum_n, frustum_b)  # [n, 120, 3]
+    corners, valid = _box_frustum_corners(box_d, axes, frustum_n, frustum_b + OCCLUSION_GAP)
     some = valid.any(axis=1)  # a box with no corner in view is left alone (never the case
     # after the frustum test, short of rounding)
     points = corners[valid]  # [k, 3], candidate by candidate
-    starts = np.concatenate([[0], np.cumsum(valid.sum(axis=1))[:-1]])[some]
-    # the slab test of each segment camera -> corner against each shrunk occluder, in the
-    # occluder's frame: [occluder, corner]
-    origin = -np.einsum("mj,mjk->mk", centres, rots)[:, None, :]
-    dirs = np.einsum("pj,mjk->mpk", points, rots)
-    half = shrunk[:, None, :]
-    # a ray parallel to a slab: 1e-200 stands in for 0 (the times come out +-1e200 or so, and
-    # the slab test holds as with infinities)
-    inv = 1 / np.where(dirs == 0, 1e-200, dirs)
-    t1, t2 = (-half - origin) * inv, (half - origin) * inv
-    enter = np.minimum(t1, t2).max(axis=2)
-    leave = np.maximum(t1, t2).min(axis=2)
-    behind = (1 - enter) * (points @ forward)[None] >= OCCLUSION_GAP
-    hit = (enter > 0) & (enter < leave) & behind
-    hides = np.zeros((len(occluders), len(ids)), bool)
+    hides = np.zeros((len(occluders.ids), len(ids)), bool)
     if len(points):
+        starts = np.concatenate([[0], np.cumsum(valid.sum(axis=1))[:-1]])[some]
+        hit = _segments_hit(occluders, points, forward)  # [occluder, corner]
         misses = np.add.reduceat((~hit).astype(np.int64), starts, axis=1)  # [occluder, box]
         hides[:, some] = misses == 0
-    static_occluder = occlusion.static[view["objid"][occluders]]
+    static_occluder = occlusion.static[view["objid"][occluders.ids]]
     allowed = static_occluder[:, None] | ~occlusion.static[ids][None, :]
     return (hides & allowed).any(axis=0)
+
+
+def _sky_hidden(occluders: _Occluders, corner_rays: np.ndarray, far: float, forward) -> bool:
+    """Whether one occluder covers the whole picture: the rays through the image's 4 corners
+    ([4, 3], at unit depth) all pass through it. The rays that meet a convex box make a convex
+    cone, so with the 4 corners it holds every ray of the picture: no pixel of the sky shows."""
+    hit = _segments_hit(occluders, corner_rays * far, forward)
+    return bool(hit.all(axis=1).any())
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -125,8 +125,9 @@ def test_the_heap_is_kept_once_per_process():
     assert keep_freed_heap() is keep_freed_heap()
 
 
-# Occlusion: a camera at z = 2 looking down (45 degrees: |x|, |y| < 0.83 at the floor), a heavy
-# mesh 'blob' (a sphere's hull of 1,196 faces, radius 0.1) under an opaque box 'lid' at z = 1.
+# Occlusion: a camera at z = 2 looking down (45 degrees: |x|, |y| < 0.83 at z = 0), a heavy mesh
+# 'blob' (a sphere's hull of 1,196 faces, radius 0.1) under an opaque box 'lid' at z = 1, over
+# a floor 1 m wide with the sky around it.
 # The lid moves (a free joint) unless `lid_static`; the floor is static. With `camera_moves` the
 # camera is on a slide joint (left at 0): no static layer, so the static geoms are tested too.
 def _sphere_points(n: int = 600, radius: float = 0.1) -> str:
@@ -141,11 +142,15 @@ def _sphere_points(n: int = 600, radius: float = 0.1) -> str:
 OCCLUSION_XML = """
 <mujoco>
   <visual><global offwidth="64" offheight="64"/></visual>
-  <asset><mesh name="ball" vertex="{ball}"/></asset>
+  <asset>
+    <mesh name="ball" vertex="{ball}"/>
+    <texture type="skybox" builtin="gradient" rgb1="0.3 0.5 0.7" rgb2="0 0 0" width="32"
+             height="32"/>
+  </asset>
   <default><geom group="1"/></default>
   <worldbody>
     <light name="sun" pos="0 0 3" dir="0 0 -1" castshadow="false"/>
-    <geom name="floor" type="plane" size="3 3 0.1" rgba="0.8 0.8 0.8 1"/>
+    <geom name="floor" type="plane" size="0.5 0.5 0.1" rgba="0.8 0.8 0.8 1"/>
     <body name="blob" pos="0 0 0.3">
       <freejoint/>
       <geom name="blob" type="mesh" mesh="ball" rgba="1 0 0 1"/>
@@ -188,13 +193,14 @@ class OcclusionScene(XmlScene):
         return q
 
 
-def culled_per_frame(scene: XmlScene, states: list[np.ndarray]) -> tuple[list[set[str]], list]:
+def culled_per_frame(scene: XmlScene, states: list[np.ndarray]) -> tuple[list, list, list]:
     """Per state: the geoms culled by `render.detail: 500` (culling only: no XML to decimate),
-    and the views of full and culled rendering, which must match bit for bit."""
+    the labels seen, and whether the sky was left out; the views of full and culled rendering
+    must match bit for bit."""
     cam = CameraSpec(name="top", width=48, height=40, depth=True, segmentation="geom")
     full = FrameRenderer(scene, [cam], RenderSpec(detail="full"))
     culling = FrameRenderer(scene, [cam], RenderSpec(detail=500))
-    culled, labels = [], []
+    culled, labels, skies = [], [], []
     seen: list[int] = []
     culling._count_culled = lambda camera, geoms: seen.extend([-1, *geoms])
     try:
@@ -208,10 +214,11 @@ def culled_per_frame(scene: XmlScene, states: list[np.ndarray]) -> tuple[list[se
                            for g in seen[seen.index(-1) + 1 :]})  # fmt: skip
             seen.clear()
             labels.append(set(np.unique(a.labels).tolist()))
+            skies.append(culling._occlusion["top"].sky_hidden)
     finally:
         full.close()
         culling.close()
-    return culled, labels
+    return culled, labels, skies
 
 
 def test_a_heavy_mesh_hidden_behind_an_opaque_box_is_culled_and_no_pixel_changes():
@@ -219,7 +226,7 @@ def test_a_heavy_mesh_hidden_behind_an_opaque_box_is_culled_and_no_pixel_changes
     blob = geom_id(scene.model, "blob") + 1  # segmentation labels are geom id + 1
     # under the lid (its shadow at the blob's height reaches |x| < 0.51); half out of it, where
     # it shows; with the lid moved out of view
-    culled, labels = culled_per_frame(scene, [scene.at(0.0), scene.at(0.5), scene.at(0.0, 3.0)])
+    culled, labels, _ = culled_per_frame(scene, [scene.at(0.0), scene.at(0.5), scene.at(0.0, 3.0)])
     assert "blob" in culled[0] and blob not in labels[0]
     assert "blob" not in culled[1] and blob in labels[1]
     assert "blob" not in culled[2] and blob in labels[2]
@@ -229,20 +236,33 @@ def test_a_heavy_mesh_hidden_behind_an_opaque_box_is_culled_and_no_pixel_changes
 
 def test_a_see_through_box_hides_nothing():
     scene = OcclusionScene(alpha=0.5)
-    culled, labels = culled_per_frame(scene, [scene.at(0.0)])
+    culled, labels, _ = culled_per_frame(scene, [scene.at(0.0)])
     assert "blob" not in culled[0]
 
 
 def test_a_static_geom_is_culled_only_behind_a_static_box():
     # a lid half 0.6 wide hides the whole view of the floor (its shadow at z = 0: |x| < 1.2)
     moving = OcclusionScene(half=0.6, camera_moves=True)
-    culled, _ = culled_per_frame(moving, [moving.at(0.0)])
+    culled, _, _ = culled_per_frame(moving, [moving.at(0.0)])
     assert culled[0] == {"blob"}  # the floor stays: a fixed camera keeps it in its static picture
     fixed = OcclusionScene(half=0.6, lid_static=True, camera_moves=True)
-    culled, labels = culled_per_frame(fixed, [fixed.at(0.0)])
+    culled, labels, _ = culled_per_frame(fixed, [fixed.at(0.0)])
     assert culled[0] == {"blob", "floor"}
     assert labels[0] == {geom_id(fixed.model, "lid") + 1}
     # a fixed camera draws its static geoms once, into its kept picture: they are not tested
     kept = OcclusionScene(half=0.6, lid_static=True)
-    culled, _ = culled_per_frame(kept, [kept.at(0.0)])
+    culled, _, _ = culled_per_frame(kept, [kept.at(0.0)])
     assert culled[0] == {"blob"}
+
+
+def test_the_sky_is_left_out_where_one_opaque_box_fills_the_picture():
+    scene = OcclusionScene(half=0.6, camera_moves=True)
+    # the lid (0.6 wide, its shrunk edge at |x| < 0.59) over the view at z = 1 (|x| < 0.41); moved
+    # aside by 0.5 it leaves the floor's edge and the sky in view
+    culled, labels, skies = culled_per_frame(scene, [scene.at(0.0), scene.at(0.0, 0.5)])
+    assert skies == [True, False]
+    assert labels[0] == {geom_id(scene.model, "lid") + 1}
+    assert 0 in labels[1]  # the sky (no geom) shows: it had to be drawn
+    fixed = OcclusionScene(half=0.6)  # a fixed camera draws its sky once, in its static picture
+    _, _, skies = culled_per_frame(fixed, [fixed.at(0.0)])
+    assert skies == [False]
