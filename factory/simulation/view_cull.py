@@ -167,6 +167,11 @@ class Occlusion:
     hidden: np.ndarray = field(init=False)  # [ngeom] bool: found hidden at its last test
     frame: int = field(init=False, default=0)  # frames culled so far
     sky_hidden: bool = field(init=False, default=False)  # this frame's: no sky pixel shows
+    # MuJoCo draws the skybox (and the haze around it) as a shape about the camera, not at the
+    # far plane: a cylinder of radius 0.7 far with vis.quality.numslices sides, the haze as near
+    # as (1 - vis.map.haze) of that. An occluder covers the sky only wholly inside this share of
+    # the far distance (set by occlusion_inputs; 0: never)
+    sky_reach: float = 0.0
 
     def __post_init__(self) -> None:
         self.hidden = np.zeros(len(self.heavy), bool)
@@ -180,7 +185,10 @@ def occlusion_inputs(model: mujoco.MjModel, faces: np.ndarray, static: np.ndarra
         [any(t >= 0 and alpha_tex[t] for t in row) for row in texid], bool
     ).reshape(model.nmat)
     heavy = (np.asarray(faces) >= OCCLUDEE_MIN_FACES) | finite_planes(model)
-    return Occlusion(heavy, np.asarray(static, bool), see_through)
+    slices = max(int(model.vis.quality.numslices), 3)
+    haze = min(max(float(model.vis.map.haze), 0.0), 1.0)
+    sky_reach = 0.7 * math.cos(math.pi / slices) * (1 - haze) * 0.99  # 1 % to spare
+    return Occlusion(heavy, np.asarray(static, bool), see_through, sky_reach=sky_reach)
 
 
 def cull_outside_view(
@@ -195,6 +203,8 @@ def cull_outside_view(
     `occlusion` (and `boxes`) the heavy meshes hidden behind an opaque box; returns the model
     geom ids culled. `aspect` is the image's width / height. Does nothing for an orthographic
     camera or a frustum of explicit width."""
+    if occlusion is not None:
+        occlusion.sky_hidden = False  # until this frame's test says so
     cam = mujoco.mjv_averageCamera(scene.camera[0], scene.camera[1])
     near = float(cam.frustum_near)
     if cam.orthographic or cam.frustum_width != 0 or near <= 0:
@@ -245,7 +255,6 @@ def cull_outside_view(
         if occlusion.frame % OCCLUSION_RETEST:
             tested &= occlusion.hidden[ids]
         occlusion.frame += 1
-        occlusion.sky_hidden = False
         if tested.any() or occlusion.test_sky:
             drawn = kinds != _GEOM_NONE
             drawn[candidates[outside]] = False  # an occluder must be drawn
@@ -258,12 +267,14 @@ def cull_outside_view(
                 )  # fmt: skip
                 occlusion.hidden[ids[tested]] = hidden
                 outside[np.flatnonzero(tested)[hidden]] = True
-            if occluders is not None and occlusion.test_sky:
+            if occluders is not None and occlusion.test_sky and occlusion.sky_reach > 0:
                 rays = np.array(
                     [forward + x * right + y * up for x in (left_t, right_t)
                      for y in (bottom_t, top_t)]
                 )  # fmt: skip
-                occlusion.sky_hidden = _sky_hidden(occluders, rays, far, forward)
+                occlusion.sky_hidden = _sky_hidden(
+                    occluders, rays, far, forward, occlusion.sky_reach
+                )
     culled = candidates[outside]
     kinds[culled] = _GEOM_NONE
     return objid[culled].tolist()
@@ -278,6 +289,7 @@ class _Occluders:
     centres: np.ndarray
     rots: np.ndarray
     halves: np.ndarray
+    reach: np.ndarray  # [m]: how far from the camera each (unshrunk) box reaches, at most
 
 
 def _occluders(view, drawn, occlusion, forward, near, far, cam_pos) -> _Occluders | None:
@@ -310,7 +322,8 @@ def _occluders(view, drawn, occlusion, forward, near, far, cam_pos) -> _Occluder
     keep = (nearest > near + OCCLUSION_GAP) & (farthest < far) & (shrunk > 0).all(axis=1)
     if not keep.any():
         return None
-    return _Occluders(ids[keep], centres[keep], rots[keep], shrunk[keep])
+    reach = np.linalg.norm(centres, axis=1) + np.linalg.norm(halves, axis=1)
+    return _Occluders(ids[keep], centres[keep], rots[keep], shrunk[keep], reach[keep])
 
 
 def _segments_hit(boxes: _Occluders, points: np.ndarray, forward) -> np.ndarray:
@@ -360,12 +373,19 @@ def _hidden_behind(occluders: _Occluders, view, occlusion, frustum_n, frustum_b,
     return (hides & allowed).any(axis=0)
 
 
-def _sky_hidden(occluders: _Occluders, corner_rays: np.ndarray, far: float, forward) -> bool:
+def _sky_hidden(
+    occluders: _Occluders, corner_rays: np.ndarray, far: float, forward, reach: float
+) -> bool:
     """Whether one occluder covers the whole picture: the rays through the image's 4 corners
-    ([4, 3], at unit depth) all pass through it. The rays that meet a convex box make a convex
-    cone, so with the 4 corners it holds every ray of the picture: no pixel of the sky shows."""
+    ([4, 3], at unit depth) all pass through it, and it lies wholly nearer than the sky MuJoCo
+    draws (`reach` times the far distance: Occlusion.sky_reach). The rays that meet a convex box
+    make a convex cone, so with the 4 corners it holds every ray of the picture: no pixel of
+    the sky shows."""
+    near_enough = occluders.reach < reach * far
+    if not near_enough.any():
+        return False
     hit = _segments_hit(occluders, corner_rays * far, forward)
-    return bool(hit.all(axis=1).any())
+    return bool((hit.all(axis=1) & near_enough).any())
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -141,7 +141,7 @@ def _sphere_points(n: int = 600, radius: float = 0.1) -> str:
 
 OCCLUSION_XML = """
 <mujoco>
-  <visual><global offwidth="64" offheight="64"/></visual>
+  <visual><global offwidth="64" offheight="64"/><map zfar="{zfar}"/></visual>
   <asset>
     <mesh name="ball" vertex="{ball}"/>
     <texture type="skybox" builtin="gradient" rgb1="0.3 0.5 0.7" rgb2="0 0 0" width="32"
@@ -172,6 +172,7 @@ class OcclusionScene(XmlScene):
         alpha: float = 1.0,
         lid_static: bool = False,
         camera_moves: bool = False,
+        zfar: float = 50.0,
     ):
         joint = "" if lid_static else "<freejoint/>"
         camera = '<camera name="top" fovy="45"/>'
@@ -181,7 +182,12 @@ class OcclusionScene(XmlScene):
         else:
             camera = camera.replace("/>", ' pos="0 0 2"/>')
         xml = OCCLUSION_XML.format(
-            ball=_sphere_points(), half=half, alpha=alpha, lid_joint=joint, camera=camera
+            ball=_sphere_points(),
+            half=half,
+            alpha=alpha,
+            lid_joint=joint,
+            camera=camera,
+            zfar=zfar,
         )
         super().__init__(xml, bodies={"blob": 1})
 
@@ -265,4 +271,10 @@ def test_the_sky_is_left_out_where_one_opaque_box_fills_the_picture():
     assert 0 in labels[1]  # the sky (no geom) shows: it had to be drawn
     fixed = OcclusionScene(half=0.6)  # a fixed camera draws its sky once, in its static picture
     _, _, skies = culled_per_frame(fixed, [fixed.at(0.0)])
+    assert skies == [False]
+    # MuJoCo draws the sky about the camera at 0.7 of the far distance, not at the far plane:
+    # with the far plane at 0.55 x the extent (1.13 m) the sky is in front of the lid (0.98 m
+    # away), covers the picture, and must be drawn
+    near_sky = OcclusionScene(half=0.6, camera_moves=True, zfar=0.55)
+    _, labels, skies = culled_per_frame(near_sky, [near_sky.at(0.0)])
     assert skies == [False]
