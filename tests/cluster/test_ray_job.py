@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from demofactory.cluster.local import NODE_PORT_FLAGS, free_port
+from demofactory.cluster.local import NODE_PORT_FLAGS, free_ports
 from demofactory.cluster.reaper import descendants, start_time
 
 from tests.cli.test_cli_errors import assert_user_error
@@ -57,6 +57,8 @@ def _user_env(home: Path) -> dict:
 def _start_head(env: dict, temp_dir: Path, gcs_port: int, dashboard_port: int):
     log = temp_dir / "head.log"
     ports = (*NODE_PORT_FLAGS, "ray-client-server-port")
+    # All drawn at once, all different: drawn one at a time the OS may hand out a port twice.
+    chosen = free_ports(len(ports), taken=(gcs_port, dashboard_port))
     with open(log, "w") as out:
         head = subprocess.Popen(
             [
@@ -74,7 +76,7 @@ def _start_head(env: dict, temp_dir: Path, gcs_port: int, dashboard_port: int):
                 "--disable-usage-stats",
                 "--min-worker-port=0",
                 "--max-worker-port=0",
-                *(f"--{name}={free_port()}" for name in ports),
+                *(f"--{name}={port}" for name, port in zip(ports, chosen, strict=True)),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -115,7 +117,7 @@ def head(tmp_path_factory):
     )
     env["RAY_AUTH_MODE"] = "token"
     temp_dir = Path(tempfile.mkdtemp(prefix="rayj", dir="/tmp"))  # short: Ray's socket paths
-    gcs_port, dashboard_port = free_port(), free_port()
+    gcs_port, dashboard_port = free_ports(2)
     process = _start_head(env, temp_dir, gcs_port, dashboard_port)
     try:
         yield Head(
