@@ -44,11 +44,16 @@ DRAWN_GROUPS = (1, 2)
 WELD_TOLERANCE = 1e-6  # metres: OBJ exports repeat a vertex per face; merged before decimating
 MIN_RESULT_FACES = 8  # a decimation ending with fewer faces than this is a collapse: kept full
 AUTO_MIN_FACES = 64  # `auto` never asks a mesh for fewer faces than this
-# `auto`: faces per pixel of the mesh's projected bounding disc. ~Half the faces face away and
-# the disc over-covers the mesh, so 3 faces/px leaves about one visible face per covered pixel.
-# Calibrated with benchmarks/bench_render.py --detail on Stack at 84 px, agentview: 0.5 gave
-# 27.7 dB, 2 gave 34.5 dB, 8 gave 51 dB; 3 is the smallest that keeps PSNR >= 35 dB there.
-AUTO_FACES_PER_PIXEL = 3.0
+# `auto`: faces per pixel of the mesh's mean projected area. By Cauchy's formula a convex body of
+# surface S shows S/4 of area on average over the directions it is seen from (a sphere: pi r^2,
+# its disc; a long or flat link: a quarter to a half of its bounding disc); a non-convex mesh
+# shows less than S/4, so the figure errs on the generous side, and it is capped at the bounding
+# disc. ~Half the faces face away. Calibrated with benchmarks/bench_render.py --detail on Stack
+# at 84 px, agentview (the hardest camera and size), 40 states: 4 gave 31.7 dB, 6 34.6 dB, 7
+# 35.8 dB, 8 36.8 dB, 12 39.6 dB; 8 keeps 1.8 dB above the 35 dB bar. (The first rule took the
+# bounding disc for the area at 3 faces/px: 37.6 dB with 68,600 faces of moving meshes a frame
+# against 49,200 now; the disc gave the long links 4x the faces of a sphere their size.)
+AUTO_FACES_PER_PIXEL = 8.0
 # `auto` sizes a mesh as if it were this much nearer than where it is when the renderer is made:
 # the arm moves during an episode.
 AUTO_NEAR_FACTOR = 0.7
@@ -273,18 +278,19 @@ def auto_budgets(
     """mesh id -> faces for `render.detail: auto`, from `cameras` [(name, width, height)].
 
     The rule: a camera of vertical field of view `fovy` at H pixels has a focal length of
-    f = H / (2 tan(fovy / 2)) pixels; a mesh of bounding radius r at distance d (taken
-    AUTO_NEAR_FACTOR nearer than in `data`, as the arm moves) covers at most
-    A = pi (f r / d)^2 pixels. Its budget is AUTO_FACES_PER_PIXEL * A faces (at least
-    AUTO_MIN_FACES), the largest over the cameras, so that a face covers about a pixel or
-    more. A mesh well outside a camera's view (AUTO_VIEW_MARGIN times its half-diagonal field
-    of view, from `data`) asks that camera for AUTO_MIN_FACES only.
+    f = H / (2 tan(fovy / 2)) pixels; a mesh of surface S and bounding radius r at distance d
+    (taken AUTO_NEAR_FACTOR nearer than in `data`, as the arm moves) shows on average
+    A = min(S / 4, pi r^2) (f / d)^2 pixels (Cauchy's mean projected area, at most its
+    bounding disc). Its budget is AUTO_FACES_PER_PIXEL * A faces (at least AUTO_MIN_FACES), the
+    largest over the cameras. A mesh well outside a camera's view (AUTO_VIEW_MARGIN times its
+    half-diagonal field of view, from `data`) asks that camera for AUTO_MIN_FACES only.
     """
     mujoco.mj_kinematics(model, data)
     mujoco.mj_camlight(model, data)
     budgets: dict[int, int] = {}
     for mesh, geoms in drawn_meshes(model).items():
         best = AUTO_MIN_FACES
+        mean_area = mesh_surface(model, mesh) / 4
         for name, width, height in cameras:
             cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
             if cam < 0:
@@ -302,10 +308,19 @@ def auto_budgets(
                     if off_axis - math.asin(radius / dist) > AUTO_VIEW_MARGIN * half_diagonal:
                         continue  # out of this camera's view
                 dist = max(dist * AUTO_NEAR_FACTOR, radius, 1e-3)
-                area = math.pi * (focal * radius / dist) ** 2
+                area = min(mean_area, math.pi * radius * radius) * (focal / dist) ** 2
                 best = max(best, math.ceil(AUTO_FACES_PER_PIXEL * area))
         budgets[mesh] = best
     return budgets
+
+
+def mesh_surface(model: mujoco.MjModel, mesh: int) -> float:
+    """The surface area of a compiled mesh, m^2."""
+    v0, nv = int(model.mesh_vertadr[mesh]), int(model.mesh_vertnum[mesh])
+    f0, nf = int(model.mesh_faceadr[mesh]), int(model.mesh_facenum[mesh])
+    tri = np.asarray(model.mesh_vert[v0 : v0 + nv], np.float64)[model.mesh_face[f0 : f0 + nf]]
+    cross = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    return float(0.5 * np.sqrt((cross * cross).sum(axis=1)).sum())
 
 
 def budgets_for(

@@ -33,6 +33,7 @@ from demofactory.simulation.mesh_detail import (
     plan_meshes,
 )
 from demofactory.simulation.scene import Scene
+from demofactory.simulation.scene_geoms import geom_view
 from demofactory.simulation.static_layer import StaticLayer, camera_is_fixed, static_geoms
 from demofactory.simulation.view_cull import (
     Occlusion,
@@ -46,6 +47,7 @@ from demofactory.specs.spec import CameraSpec, RenderSpec
 from PIL import Image
 
 _SKYBOX = mujoco.mjtRndFlag.mjRND_SKYBOX
+_GEOM_NONE = int(mujoco.mjtGeom.mjGEOM_NONE)
 MAX_PENDING_ENCODES = 4  # states rendered ahead of the encoder thread before rendering waits
 # glibc's malloc, for a rendering process (keep_freed_heap): freed memory up to this much stays
 # at the heap's top, and blocks up to MMAP_THRESHOLD come from the heap, not from mmap
@@ -123,6 +125,7 @@ class FrameRenderer:
         self._cull_boxes: dict[str, np.ndarray] = {}
         self._geom_faces: dict[str, np.ndarray] = {}  # camera -> [ngeom] mesh faces drawn
         self._occlusion: dict[str, Occlusion] = {}  # camera -> what the occlusion test needs
+        self._fixed: dict[str, int] = {}  # camera name -> model camera id: never moves
         static = static_geoms(scene.model)
         if settings.detail != "full" and culling_is_exact(
             scene.model, settings.shadows, settings.reflections
@@ -136,21 +139,20 @@ class FrameRenderer:
                 is_mesh = drawn.geom_type == mujoco.mjtGeom.mjGEOM_MESH
                 faces[is_mesh] = drawn.mesh_facenum[drawn.geom_dataid[is_mesh]]
                 self._geom_faces[cam.name] = faces
-                self._occlusion[cam.name] = occlusion_inputs(drawn, faces, static)
+                cam_id = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_CAMERA, cam.name)
+                # a camera that never moves keeps a picture of the static geoms (static_layer:
+                # exact where culling is, and without anti-aliasing, whose edge pixels mix
+                # static and moving geoms)
+                fixed = (
+                    settings.multisamples == 0
+                    and cam_id >= 0
+                    and camera_is_fixed(scene.model, cam_id)
+                )
+                if fixed:
+                    self._fixed[cam.name] = cam_id
+                self._occlusion[cam.name] = occlusion_inputs(drawn, faces, static, fixed)
         # camera -> [frames, geoms culled, mesh faces culled], summed over its frames
         self.culled: dict[str, list[int]] = {name: [0, 0, 0] for name in self._cull_radii}
-        # cameras that never move keep a picture of the static geoms (static_layer: exact where
-        # culling is, and without anti-aliasing, whose edge pixels mix static and moving geoms)
-        self._fixed: dict[str, int] = {}  # camera name -> model camera id
-        if self._cull_radii and settings.multisamples == 0:
-            for cam in self.cameras:
-                cam_id = mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_CAMERA, cam.name)
-                if cam_id >= 0 and camera_is_fixed(scene.model, cam_id):
-                    self._fixed[cam.name] = cam_id
-                    # its static geoms and its sky are drawn once into the kept picture: not
-                    # worth testing
-                    self._occlusion[cam.name].heavy &= ~static
-                    self._occlusion[cam.name].test_sky = False
         self._layers: dict[tuple, StaticLayer] = {}  # renderer key -> its static picture
 
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
@@ -264,7 +266,7 @@ class FrameRenderer:
     def _draw_views(self, renderer: mujoco.Renderer, cam: CameraSpec, extras: bool) -> CameraViews:
         layer = self._layer(cam)
         if layer is None:
-            rgb = renderer.render()  # a new array each call (upright: mujoco flips the GL rows)
+            rgb = self._render_rgb(renderer, cam)
         else:
             rgb = layer.render(renderer, self.scene.model, self.scene.data)
         depth = labels = None
@@ -282,6 +284,32 @@ class FrameRenderer:
                 renderer.disable_segmentation_rendering()
             labels = self._labels(ids, cam.segmentation)
         return CameraViews(rgb, depth, labels)
+
+    def _render_rgb(self, renderer: mujoco.Renderer, cam: CameraSpec) -> np.ndarray:
+        """`renderer.render()` (a new array, upright), less the scene's elements of alpha 0 or
+        less (robosuite hides its sites so) where culling is on.
+
+        MuJoCo draws such an element in its blended pass with no weight: no colour changes, but
+        it still costs its faces (a site sphere is ~900) and writes depth, which could hide a
+        see-through element drawn after it. So they are left out only when nothing else
+        see-through is drawn; then the picture is the same bit for bit. The depth and label
+        passes keep them (their depth shows there)."""
+        view = geom_view(renderer.scene) if cam.name in self._cull_radii else None
+        if view is None:
+            return renderer.render()
+        kinds, alpha = view["type"], view["rgba"][:, 3]
+        drawn = kinds != _GEOM_NONE
+        unseen = drawn & (alpha <= 0)
+        if not unseen.any() or np.any(
+            drawn & (alpha > 0) & ((alpha < 1) | (view["transparent"] != 0))
+        ):
+            return renderer.render()
+        types = kinds[unseen]  # a copy
+        kinds[unseen] = _GEOM_NONE
+        try:
+            return renderer.render()
+        finally:
+            kinds[unseen] = types
 
     def _count_culled(self, camera: str, geoms: list[int]) -> None:
         counts = self.culled[camera]

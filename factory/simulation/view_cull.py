@@ -158,6 +158,10 @@ class Occlusion:
 
     heavy: np.ndarray  # [ngeom] bool: what is worth testing (occlusion_inputs)
     static: np.ndarray  # [ngeom] bool: geoms that no joint moves (static_layer.static_geoms)
+    # [ngeom] bool: what may be tested at all (a fixed camera draws its static geoms once, into
+    # its static picture: not worth testing). A see-through geom (alpha < 1 this frame) is
+    # tested whatever its faces: MuJoCo draws it in a second, blended pass
+    testable: np.ndarray
     # [nmat] bool: a material that may let what is behind show through a box (a texture with
     # an alpha channel, in any role)
     see_through_mat: np.ndarray
@@ -177,18 +181,31 @@ class Occlusion:
         self.hidden = np.zeros(len(self.heavy), bool)
 
 
-def occlusion_inputs(model: mujoco.MjModel, faces: np.ndarray, static: np.ndarray) -> Occlusion:
-    """`faces`: [ngeom] mesh faces each geom draws (0 for a primitive); `static`: [ngeom] bool."""
+def occlusion_inputs(
+    model: mujoco.MjModel, faces: np.ndarray, static: np.ndarray, fixed: bool = False
+) -> Occlusion:
+    """`faces`: [ngeom] mesh faces each geom draws (0 for a primitive); `static`: [ngeom] bool;
+    `fixed`: the camera never moves and draws its static geoms and its sky once (static_layer),
+    so neither is tested."""
     texid = np.asarray(model.mat_texid).reshape(model.nmat, int(mujoco.mjtTextureRole.mjNTEXROLE))
     alpha_tex = np.asarray(model.tex_nchannel) == 4
     see_through = np.array(
         [any(t >= 0 and alpha_tex[t] for t in row) for row in texid], bool
     ).reshape(model.nmat)
-    heavy = (np.asarray(faces) >= OCCLUDEE_MIN_FACES) | finite_planes(model)
+    static = np.asarray(static, bool)
+    testable = ~static if fixed else np.ones(len(static), bool)
+    heavy = ((np.asarray(faces) >= OCCLUDEE_MIN_FACES) | finite_planes(model)) & testable
     slices = max(int(model.vis.quality.numslices), 3)
     haze = min(max(float(model.vis.map.haze), 0.0), 1.0)
     sky_reach = 0.7 * math.cos(math.pi / slices) * (1 - haze) * 0.99  # 1 % to spare
-    return Occlusion(heavy, np.asarray(static, bool), see_through, sky_reach=sky_reach)
+    return Occlusion(
+        heavy=heavy,
+        static=static,
+        testable=testable,
+        see_through_mat=see_through,
+        test_sky=not fixed,
+        sky_reach=sky_reach,
+    )
 
 
 def cull_outside_view(
@@ -251,7 +268,8 @@ def cull_outside_view(
         outside |= (box_d @ normals.T - offsets > reach).any(axis=1)
     if occlusion is not None and boxes is not None:
         ids = objid[candidates]
-        tested = ~outside & occlusion.heavy[ids]
+        see_through = (view["rgba"][candidates, 3] < 1) & occlusion.testable[ids]
+        tested = ~outside & (occlusion.heavy[ids] | see_through)
         if occlusion.frame % OCCLUSION_RETEST:
             tested &= occlusion.hidden[ids]
         occlusion.frame += 1
