@@ -115,6 +115,63 @@ def test_a_detail_that_is_no_positive_integer_is_one_line_exit_2(tmp_path, value
     assert "render.detail" in lines[0] and "positive number of faces" in lines[0]
 
 
+def _mesh_xml(name: str, verts: np.ndarray, faces: np.ndarray) -> str:
+    v = " ".join(f"{x:.6f}" for x in verts.ravel())
+    f = " ".join(str(i) for i in faces.ravel())
+    return f'<mesh name="{name}" vertex="{v}" face="{f}"/>'
+
+
+def test_auto_gives_a_mesh_faces_by_its_mean_projected_area():
+    """A ball and a thin square plate of the same bounding radius, side by side in view: the
+    ball shows its whole disc on average, the plate (Cauchy: its surface / 4) under a third of
+    it, and `auto` gives each 8 faces a pixel of that area, the pixels at 0.7x the distance."""
+    import math
+
+    import mujoco
+
+    ball_v, ball_f = sphere_soup(8, 16)
+    ball_v = ball_v * 0.1
+    # a box 0.14 x 0.14 x 0.002 m: two faces of 0.0196 m^2 and thin edges
+    plate_v = np.array(
+        [[x, y, z] for x in (-0.07, 0.07) for y in (-0.07, 0.07) for z in (-0.001, 0.001)]
+    )
+    plate_f = np.array(
+        [[0, 2, 3], [0, 3, 1], [4, 5, 7], [4, 7, 6], [0, 1, 5], [0, 5, 4],
+         [2, 6, 7], [2, 7, 3], [0, 4, 6], [0, 6, 2], [1, 3, 7], [1, 7, 5]]
+    )  # fmt: skip
+    xml = f"""
+    <mujoco>
+      <asset>{_mesh_xml("ball", ball_v, ball_f)}{_mesh_xml("plate", plate_v, plate_f)}</asset>
+      <worldbody>
+        <camera name="eye" pos="0 0 2" fovy="45"/>
+        <geom name="ball" type="mesh" mesh="ball" pos="-0.2 0 0" group="1"/>
+        <geom name="plate" type="mesh" mesh="plate" pos="0.2 0 0" group="1"/>
+      </worldbody>
+    </mujoco>"""
+    model = mujoco.MjModel.from_xml_string(xml)
+    data = mujoco.MjData(model)
+    budgets = mesh_detail.auto_budgets(model, data, [("eye", 84, 84)])
+    focal = 84 / (2 * math.tan(math.radians(45) / 2))
+    for name in ("ball", "plate"):
+        mesh = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MESH, name)
+        geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, name)
+        radius = float(model.geom_rbound[geom])
+        dist = np.linalg.norm(data.geom_xpos[geom] - data.cam_xpos[0])
+        dist *= mesh_detail.AUTO_NEAR_FACTOR
+        area = min(mesh_detail.mesh_surface(model, mesh) / 4, math.pi * radius**2)
+        expected = math.ceil(mesh_detail.AUTO_FACES_PER_PIXEL * area * (focal / dist) ** 2)
+        assert budgets[mesh] == max(expected, mesh_detail.AUTO_MIN_FACES)
+    ball = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MESH, "ball")
+    plate = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MESH, "plate")
+    # the plate: 2 x 0.0196 + 4 x 0.14 x 0.002 m^2, a quarter of it against its disc's ~0.031
+    assert mesh_detail.mesh_surface(model, plate) == pytest.approx(0.04032, rel=1e-6)
+    assert budgets[plate] < budgets[ball] / 2.5
+    # a quarter of the pixels across: a sixteenth of the area
+    small = mesh_detail.auto_budgets(model, data, [("eye", 21, 21)])
+    assert budgets[ball] > 16 * mesh_detail.AUTO_MIN_FACES
+    assert abs(small[ball] - budgets[ball] / 16) <= 1
+
+
 # --- the renderer, real scene ------------------------------------------------------------
 
 

@@ -159,9 +159,17 @@ OCCLUSION_XML = """
       {lid_joint}
       <geom name="lid" type="box" size="{half} {half} 0.02" rgba="0 0 1 {alpha}"/>
     </body>
+    {extra}
     {camera}
   </worldbody>
 </mujoco>
+"""
+# `see_through`: a light see-through sphere under the lid, and beside it, in view, a site of
+# alpha -1: MuJoCo leaves out an element of alpha 0 but draws a negative one, and robosuite hides
+# its sites with negative alphas
+SEE_THROUGH = """
+    <geom name="ghost" type="sphere" size="0.05" pos="0.1 0 0.5" rgba="0 1 0 0.5"/>
+    <site name="mark" type="sphere" size="0.05" pos="0.45 0.3 0.5" rgba="1 1 0 -1"/>
 """
 
 
@@ -173,6 +181,7 @@ class OcclusionScene(XmlScene):
         lid_static: bool = False,
         camera_moves: bool = False,
         zfar: float = 50.0,
+        see_through: bool = False,
     ):
         joint = "" if lid_static else "<freejoint/>"
         camera = '<camera name="top" fovy="45"/>'
@@ -188,6 +197,7 @@ class OcclusionScene(XmlScene):
             lid_joint=joint,
             camera=camera,
             zfar=zfar,
+            extra=SEE_THROUGH if see_through else "",
         )
         super().__init__(xml, bodies={"blob": 1})
 
@@ -259,6 +269,60 @@ def test_a_static_geom_is_culled_only_behind_a_static_box():
     kept = OcclusionScene(half=0.6, lid_static=True)
     culled, _, _ = culled_per_frame(kept, [kept.at(0.0)])
     assert culled[0] == {"blob"}
+
+
+def test_a_see_through_geom_behind_a_box_is_culled_whatever_its_faces():
+    # the ghost is a sphere (not a heavy mesh): MuJoCo draws see-through geoms in a second,
+    # blended pass, so they are tested too; static, so only behind the static lid
+    scene = OcclusionScene(lid_static=True, camera_moves=True, see_through=True)
+    ghost = geom_id(scene.model, "ghost") + 1
+    culled, labels, _ = culled_per_frame(scene, [scene.at(0.0)])
+    assert "ghost" in culled[0] and ghost not in labels[0]
+    moving = OcclusionScene(camera_moves=True, see_through=True)  # a lid that moves hides none
+    culled, _, _ = culled_per_frame(moving, [moving.at(0.0)])
+    assert "ghost" not in culled[0]
+
+
+def _rgb_pass_types(scene: XmlScene, state: np.ndarray) -> tuple[list, dict]:
+    """The element types the RGB pass drew with (scene order), and the views of full and
+    culled rendering (compared bit for bit by culled_per_frame's rules)."""
+    cam = CameraSpec(name="top", width=48, height=40, depth=True, segmentation="geom")
+    full = FrameRenderer(scene, [cam], RenderSpec(detail="full"))
+    culling = FrameRenderer(scene, [cam], RenderSpec(detail=500))
+    scene.set_state(state)
+    gl = culling._renderer(cam)
+    drawn: list = []
+    render = gl.render
+
+    def spy():
+        if not drawn:  # the first call: the RGB pass (depth and labels follow)
+            drawn.append([int(g.type) for g in gl.scene.geoms[: gl.scene.ngeom]])
+        return render()
+
+    gl.render = spy
+    try:
+        a, b = full.render_views()["top"], culling.render_views()["top"]
+        assert np.array_equal(a.rgb, b.rgb)
+        assert np.array_equal(a.depth, b.depth)  # the depth pass still has the site
+        assert np.array_equal(a.labels, b.labels)
+        mark = [i for i in range(gl.scene.ngeom) if gl.scene.geoms[i].objtype == 6]
+        return [drawn[0][i] for i in mark], {"full": a, "culled": b}
+    finally:
+        full.close()
+        culling.close()
+
+
+def test_invisible_elements_are_left_out_of_the_rgb_pass_only():
+    none = int(mujoco.mjtGeom.mjGEOM_NONE)
+    # the ghost hidden (a static lid, a camera that moves): nothing see-through is drawn, so the
+    # invisible site is left out of the RGB pass; the picture, depth and labels are MuJoCo's
+    hidden = OcclusionScene(lid_static=True, camera_moves=True, see_through=True)
+    site_types, _ = _rgb_pass_types(hidden, hidden.at(0.0))
+    assert site_types == [none]
+    # the ghost drawn (the lid moved away): the site's depth could hide it, so the site is kept
+    shown = OcclusionScene(camera_moves=True, see_through=True)
+    site_types, _ = _rgb_pass_types(shown, shown.at(0.0, 3.0))
+    assert site_types == [int(mujoco.mjtGeom.mjGEOM_SPHERE)]
 
 
 def test_the_sky_is_left_out_where_one_opaque_box_fills_the_picture():
