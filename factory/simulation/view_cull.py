@@ -226,14 +226,30 @@ def cull_outside_view(
     near = float(cam.frustum_near)
     if cam.orthographic or cam.frustum_width != 0 or near <= 0:
         return []
-    forward, up = np.asarray(cam.forward), np.asarray(cam.up)
-    (f0, f1, f2), (u0, u1, u2) = forward.tolist(), up.tolist()
-    right = np.array([f1 * u2 - f2 * u1, f2 * u0 - f0 * u2, f0 * u1 - f1 * u0])  # np.cross: 30x
-    half = (cam.frustum_top - cam.frustum_bottom) / 2 * aspect
+    # the frame and the planes in plain floats: numpy's per-call cost dominates 3-vectors
+    (f0, f1, f2), (u0, u1, u2) = np.asarray(cam.forward).tolist(), np.asarray(cam.up).tolist()
+    r0, r1, r2 = f1 * u2 - f2 * u1, f2 * u0 - f0 * u2, f0 * u1 - f1 * u0  # right = forward x up
+    top, bottom = float(cam.frustum_top), float(cam.frustum_bottom)
+    center = float(cam.frustum_center)
+    half = (top - bottom) / 2 * aspect
     # the frustum's extents at unit depth: x in [left, right], y in [bottom, top]
-    left_t = (cam.frustum_center - half) / near
-    right_t = (cam.frustum_center + half) / near
-    bottom_t, top_t = cam.frustum_bottom / near, cam.frustum_top / near
+    left_t, right_t = (center - half) / near, (center + half) / near
+    bottom_t, top_t = bottom / near, top / near
+    # the planes' outward normals (world) and where they are: n . d > offset is beyond. 0: behind
+    # the near plane (z < near); then each side plane u = t z, u along right or up, with the
+    # outward normal sign (u - t forward), normalised
+    rows = [(-f0, -f1, -f2)]
+    for t, sign, (a0, a1, a2) in (
+        (right_t, 1.0, (r0, r1, r2)),
+        (left_t, -1.0, (r0, r1, r2)),
+        (top_t, 1.0, (u0, u1, u2)),
+        (bottom_t, -1.0, (u0, u1, u2)),
+    ):
+        k = sign / math.sqrt(1 + t * t)
+        rows.append((k * (a0 - t * f0), k * (a1 - t * f1), k * (a2 - t * f2)))
+    normals = np.array(rows)  # [5, 3]
+    offsets = np.array([-near, 0.0, 0.0, 0.0, 0.0])
+    forward = np.array((f0, f1, f2))
     view = geom_view(scene)
     if view is None:
         return []
@@ -243,28 +259,17 @@ def cull_outside_view(
     candidates, radius = candidates[radius > 0], radius[radius > 0]
     if not len(candidates):
         return []
-    d = view["pos"][candidates].astype(np.float64) - np.asarray(cam.pos)  # from the camera
+    cam_pos = np.array(cam.pos)
+    d = view["pos"][candidates].astype(np.float64) - cam_pos  # from the camera
+    # the sphere, about the geom's centre, beyond a plane
+    outside = (d @ normals.T - offsets > radius[:, None]).any(axis=1)
     if boxes is not None:  # the box's centre (from the camera) and half axes, in the world
         box = boxes[objid[candidates]]
         mat = view["mat"][candidates].astype(np.float64).reshape(-1, 3, 3)
-        box_d = d + np.einsum("nij,nj->ni", mat, box[:, :3])
+        box_d = d + (mat @ box[:, :3, None])[..., 0]
         axes = mat * box[:, None, 3:]  # column k: the box's k-th half axis
-    # the planes' outward normals (world) and where they are: n . d > offset is beyond
-    planes = [(-forward, -near)]  # behind the near plane: z < near
-    for t, sign, axis in (
-        (right_t, 1, right),
-        (left_t, -1, right),
-        (top_t, 1, up),
-        (bottom_t, -1, up),
-    ):
-        # the side plane u = t z, u along `axis`; outward normal sign (axis - t forward)
-        planes.append((sign * (axis - t * forward) / math.sqrt(1 + t * t), 0.0))
-    normals = np.array([n for n, _ in planes])  # [5, 3]
-    offsets = np.array([o for _, o in planes])
-    # the sphere, about the geom's centre, beyond a plane
-    outside = (d @ normals.T - offsets > radius[:, None]).any(axis=1)
-    if boxes is not None:  # the box: its centre beyond by more than its reach along the normal
-        reach = np.abs(np.einsum("nij,pi->npj", axes, normals)).sum(axis=2)  # [n, 5]
+        # the box: its centre beyond by more than its reach along the normal
+        reach = np.abs(normals @ axes).sum(axis=2)  # [n, 5]
         outside |= (box_d @ normals.T - offsets > reach).any(axis=1)
     if occlusion is not None and boxes is not None:
         ids = objid[candidates]
@@ -277,7 +282,7 @@ def cull_outside_view(
             drawn = kinds != _GEOM_NONE
             drawn[candidates[outside]] = False  # an occluder must be drawn
             far = float(cam.frustum_far)
-            occluders = _occluders(view, drawn, occlusion, forward, near, far, cam.pos)
+            occluders = _occluders(view, drawn, occlusion, forward, near, far, cam_pos)
             if occluders is not None and tested.any():
                 hidden = _hidden_behind(
                     occluders, view, occlusion, normals, offsets, forward,
@@ -287,8 +292,8 @@ def cull_outside_view(
                 outside[np.flatnonzero(tested)[hidden]] = True
             if occluders is not None and occlusion.test_sky and occlusion.sky_reach > 0:
                 rays = np.array(
-                    [forward + x * right + y * up for x in (left_t, right_t)
-                     for y in (bottom_t, top_t)]
+                    [(f0 + x * r0 + y * u0, f1 + x * r1 + y * u1, f2 + x * r2 + y * u2)
+                     for x in (left_t, right_t) for y in (bottom_t, top_t)]
                 )  # fmt: skip
                 occlusion.sky_hidden = _sky_hidden(
                     occluders, rays, far, forward, occlusion.sky_reach
@@ -334,7 +339,7 @@ def _occluders(view, drawn, occlusion, forward, near, far, cam_pos) -> _Occluder
     rots = view["mat"][ids].astype(np.float64).reshape(-1, 3, 3)
     halves = view["size"][ids].astype(np.float64)
     # each box's depth extent: its centre's depth -/+ its half sizes along the view axis
-    extent = np.einsum("nj,nj->n", np.abs(np.einsum("nij,i->nj", rots, forward)), halves)
+    extent = (np.abs(forward @ rots) * halves).sum(axis=1)
     nearest, farthest = centres @ forward - extent, centres @ forward + extent
     shrunk = halves - (OCCLUDER_SHRINK + OCCLUDER_SHRINK_PER_M * farthest)[:, None]
     keep = (nearest > near + OCCLUSION_GAP) & (farthest < far) & (shrunk > 0).all(axis=1)
@@ -347,8 +352,8 @@ def _occluders(view, drawn, occlusion, forward, near, far, cam_pos) -> _Occluder
 def _segments_hit(boxes: _Occluders, points: np.ndarray, forward) -> np.ndarray:
     """[m, k] bool: whether the segment from the camera to each point (from the camera, [k, 3])
     passes through each shrunk box and reaches OCCLUSION_GAP beyond its entry in depth."""
-    origin = -np.einsum("mj,mjk->mk", boxes.centres, boxes.rots)[:, None, :]  # box frames
-    dirs = np.einsum("pj,mjk->mpk", points, boxes.rots)
+    origin = -(boxes.centres[:, None, :] @ boxes.rots)  # [m, 1, 3]: in the box frames
+    dirs = points @ boxes.rots  # [m, p, 3]
     half = boxes.halves[:, None, :]
     # a segment parallel to a slab: 1e-200 stands in for 0 (the times come out +-1e200 or so,
     # and the slab test holds as with infinities)
