@@ -327,7 +327,7 @@ class FrameRenderer:
         frames = EpisodeFrames()
         pending: deque[Future] = deque()
         for state in states:
-            self.scene.set_state(state)
+            self.scene.set_pose(state)  # positions only: all a picture shows
             views = self.render_views()
             if self._pool is None:
                 self._collect(frames, self._encode_views(views))

@@ -206,7 +206,8 @@ def test_frames_round_trip_through_shards_webdataset_verify_and_robomimic(
     }
     for t, view in enumerate(
         views
-    ):  # encoded on the pool thread, in order, as inline encoding would
+    ):  # encoded on the pool thread, in order, as inline encoding would; and render_frames
+        # restores positions only (Scene.set_pose), render_views followed a whole set_state
         for cam in CAMERAS:
             assert frames.images[cam.name][t] == encode_jpeg(
                 view[cam.name].rgb, RenderSpec().jpeg_quality
