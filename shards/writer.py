@@ -11,9 +11,9 @@
       `demofactory.shards.embodiment_stats`)
          -> shard-000003.stats.json (`demofactory.shards.stats`)
 
-The tar is written with the stdlib `tarfile`, not webdataset's writer, so that
-equal content gives equal bytes: a retried shard is rewritten identically and
-its checksum in the manifest still holds.
+The tar is written as the stdlib `tarfile` writes it (its headers, patched per member; tested
+byte for byte), not with webdataset's writer, so that equal content gives equal bytes: a
+retried shard is rewritten identically and its checksum in the manifest still holds.
 """
 
 from __future__ import annotations

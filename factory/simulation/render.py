@@ -286,8 +286,9 @@ class FrameRenderer:
         return CameraViews(rgb, depth, labels)
 
     def _render_rgb(self, renderer: mujoco.Renderer, cam: CameraSpec) -> np.ndarray:
-        """`renderer.render()` (a new array, upright), less the scene's elements of alpha 0 or
-        less (robosuite hides its sites so) where culling is on.
+        """`renderer.render()` (a new array, upright), less the scene's elements of negative
+        alpha (robosuite hides its sites so; MuJoCo leaves out an alpha of 0 itself) where
+        culling is on.
 
         MuJoCo draws such an element in its blended pass with no weight: no colour changes, but
         it still costs its faces (a site sphere is ~900) and writes depth, which could hide a
