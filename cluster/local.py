@@ -60,6 +60,16 @@ NODE_PORT_FLAGS = (
 )
 
 
+# What a node's log says when a port drawn free was taken by someone else before the node bound
+# it: then the node is started again with other ports.
+_PORT_TAKEN_MESSAGES = ("is used by other components", "Address already in use")
+PORT_RETRIES = 2
+
+
+class _PortTaken(RuntimeError):
+    """A node did not start: one of its ports was taken."""
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (the OS picks it)."""
     return free_ports(1)[0]
@@ -123,6 +133,24 @@ class LocalCluster:
         return self
 
     def _start_node(self, index: int, cpus: int) -> None:
+        """Start node `index`; once more with other ports (up to PORT_RETRIES times) when a
+        port drawn free was taken before Ray bound it (another process on the machine)."""
+        for attempt in range(PORT_RETRIES + 1):
+            try:
+                self._start_node_once(index, cpus)
+                return
+            except _PortTaken:
+                if attempt == PORT_RETRIES:
+                    raise
+                failed = self.nodes.pop()
+                try:  # whatever it started before it failed (its own session)
+                    os.killpg(failed.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                if index == 0:  # the head's own port may be the one taken
+                    self.port = free_port()
+
+    def _start_node_once(self, index: int, cpus: int) -> None:
         log = self.temp_dir / f"node{index}.log"
         ports = free_ports(len(NODE_PORT_FLAGS), taken=(self.port,))
         args = [
@@ -156,7 +184,10 @@ class LocalCluster:
         deadline = time.monotonic() + self.start_timeout_s
         while _READY not in log.read_text():
             if node.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(log.read_text().splitlines()[-15:])
+                text = log.read_text()
+                if node.poll() is not None and any(m in text for m in _PORT_TAKEN_MESSAGES):
+                    raise _PortTaken(text)
+                tail = "\n".join(text.splitlines()[-15:])
                 raise RuntimeError(f"ray node {index} did not start (see {log}):\n{tail}")
             time.sleep(0.2)
 

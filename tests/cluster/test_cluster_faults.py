@@ -327,3 +327,30 @@ def test_a_driver_killed_with_its_own_local_cluster_leaves_no_ray_process(lowdim
         timeout_s=30,
         what="every process of the killed driver's cluster to exit",
     )
+
+
+def test_a_node_given_a_port_twice_starts_again_with_other_ports(monkeypatch):
+    """A CI run failed when two ports drawn one at a time came out equal and Ray refused the
+    node ("port ... is used by other components"). Ports are now drawn at once, and a node
+    that Ray refuses for a port is started again with other ports."""
+    import demofactory.cluster.local as local
+
+    real, draws = local.free_ports, []
+
+    def first_draw_repeats_a_port(count, taken=()):
+        ports = real(count, taken)
+        if count == len(local.NODE_PORT_FLAGS):  # a node's ports (not the head's own port)
+            draws.append(ports)
+            if len(draws) == 1:
+                ports[1] = ports[0]  # node manager and object manager on one port
+        return ports
+
+    monkeypatch.setattr(local, "free_ports", first_draw_repeats_a_port)
+    cluster = local.LocalCluster(cpus=(1,))
+    try:
+        cluster.start()
+        assert len(draws) == 2 and len(cluster.nodes) == 1
+        assert cluster.nodes[0].poll() is None
+        assert "Ray runtime started" in (cluster.temp_dir / "node0.log").read_text()
+    finally:
+        cluster.stop()
