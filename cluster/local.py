@@ -115,8 +115,13 @@ class LocalCluster:
     temp_dir: Path = field(
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="rayl", dir="/tmp"))
     )
-    port: int = field(default_factory=free_port)
+    port: int = 0  # the head's GCS port; 0: one drawn free (and drawn again if it is taken)
     nodes: list[subprocess.Popen] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._port_drawn = self.port == 0
+        if self._port_drawn:
+            self.port = free_port()
 
     @property
     def address(self) -> str:
@@ -140,14 +145,14 @@ class LocalCluster:
                 self._start_node_once(index, cpus)
                 return
             except _PortTaken:
-                if attempt == PORT_RETRIES:
-                    raise
                 failed = self.nodes.pop()
                 try:  # whatever it started before it failed (its own session)
                     os.killpg(failed.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-                if index == 0:  # the head's own port may be the one taken
+                if attempt == PORT_RETRIES:
+                    raise
+                if index == 0 and self._port_drawn:  # the head's own port may be the one taken
                     self.port = free_port()
 
     def _start_node_once(self, index: int, cpus: int) -> None:
@@ -185,10 +190,11 @@ class LocalCluster:
         while _READY not in log.read_text():
             if node.poll() is not None or time.monotonic() > deadline:
                 text = log.read_text()
-                if node.poll() is not None and any(m in text for m in _PORT_TAKEN_MESSAGES):
-                    raise _PortTaken(text)
                 tail = "\n".join(text.splitlines()[-15:])
-                raise RuntimeError(f"ray node {index} did not start (see {log}):\n{tail}")
+                message = f"ray node {index} did not start (see {log}):\n{tail}"
+                if node.poll() is not None and any(m in text for m in _PORT_TAKEN_MESSAGES):
+                    raise _PortTaken(message)
+                raise RuntimeError(message)
             time.sleep(0.2)
 
     def add_node(self, cpus: int = 1) -> int:

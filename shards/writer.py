@@ -220,7 +220,7 @@ def _tar_info(name: str, size: int) -> tarfile.TarInfo:
 
 
 # A tar archive as `tarfile.open(mode="w", format=_TAR_FORMAT, encoding="utf-8")` and `addfile`
-# write it, byte for byte (tests/shards/test_writer.py compares them), without tarfile's
+# write it, byte for byte (tests/shards/test_shards.py compares them), without tarfile's
 # per-member costs (a copy of the TarInfo, every field checked for PAX, the data copied in
 # chunks): a step writes 6 or more members of a few hundred bytes, and tarfile spent ~0.1 ms on
 # each. A member whose header the template cannot hold (a name over 100 bytes, or not ASCII)

@@ -46,9 +46,12 @@ MIN_RESULT_FACES = 8  # a decimation ending with fewer faces than this is a coll
 AUTO_MIN_FACES = 64  # `auto` never asks a mesh for fewer faces than this
 # `auto`: faces per pixel of the mesh's mean projected area. By Cauchy's formula a convex body of
 # surface S shows S/4 of area on average over the directions it is seen from (a sphere: pi r^2,
-# its disc; a long or flat link: a quarter to a half of its bounding disc); a non-convex mesh
-# shows less than S/4, so the figure errs on the generous side, and it is capped at the bounding
-# disc. ~Half the faces face away. Calibrated with benchmarks/bench_render.py --detail on Stack
+# its disc; a long or flat link: a quarter to a half of its bounding disc); a non-convex closed
+# mesh shows less than S/4, and the figure is capped at the bounding disc. An open shell seen
+# from both sides shows up to twice its S/4 (a flat sheet of area A: A/2). Most of the Panda's
+# visual parts are such shells (their convex hulls have more area than they do), and the
+# constant below was calibrated on them, so closed meshes get relatively more faces, not fewer.
+# ~Half the faces face away. Calibrated with benchmarks/bench_render.py --detail on Stack
 # at 84 px, agentview (the hardest camera and size), 40 states: 4 gave 31.7 dB, 6 34.6 dB, 7
 # 35.8 dB, 8 36.8 dB, 12 39.6 dB; 8 keeps 1.8 dB above the 35 dB bar. (The first rule took the
 # bounding disc for the area at 3 faces/px: 37.6 dB with 68,600 faces of moving meshes a frame

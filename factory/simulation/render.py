@@ -291,10 +291,12 @@ class FrameRenderer:
         culling is on.
 
         MuJoCo draws such an element in its blended pass with no weight: no colour changes, but
-        it still costs its faces (a site sphere is ~900) and writes depth, which could hide a
-        see-through element drawn after it. So they are left out only when nothing else
-        see-through is drawn; then the picture is the same bit for bit. The depth and label
-        passes keep them (their depth shows there)."""
+        it still costs its faces (a site sphere is ~900). They are left out only when nothing
+        else see-through is drawn, so the blended pass has nothing left whose order or result
+        they could touch; then the picture is the same bit for bit (tested). The depth and
+        label passes draw every element as opaque, and keep them: they show there. Shadows
+        would show them too: culling, and with it this, is off where a light casts shadows
+        (`culling_is_exact`)."""
         view = geom_view(renderer.scene) if cam.name in self._cull_radii else None
         if view is None:
             return renderer.render()

@@ -137,10 +137,17 @@ def _turn_quat(quat: np.ndarray, yaw: float) -> np.ndarray:
     return out
 
 
+_RANGEFINDER = int(mujoco.mjtSensor.mjSENS_RANGEFINDER)
+
+
 def forward_positions(model: mujoco.MjModel, data: mujoco.MjData) -> None:
     """What `mjv_updateScene` reads of `data`, from its qpos: `mj_forward`'s position stage
     (kinematics, centres of mass, cameras and lights, flexes, tendons) without the collision,
-    the constraints, the velocities and the accelerations."""
+    the constraints, the velocities and the accelerations. A model with a rangefinder gets a
+    whole `mj_forward`: MuJoCo draws its rays (on in a default MjvOption) from the sensor data."""
+    if model.nsensor and bool(np.any(model.sensor_type == _RANGEFINDER)):
+        mujoco.mj_forward(model, data)
+        return
     mujoco.mj_kinematics(model, data)
     mujoco.mj_comPos(model, data)
     mujoco.mj_camlight(model, data)

@@ -342,3 +342,32 @@ def test_the_sky_is_left_out_where_one_opaque_box_fills_the_picture():
     near_sky = OcclusionScene(half=0.6, camera_moves=True, zfar=0.55)
     _, labels, skies = culled_per_frame(near_sky, [near_sky.at(0.0)])
     assert skies == [False]
+
+
+def test_a_frame_restores_positions_only_unless_a_rangefinder_is_drawn():
+    """render_frames restores what a picture shows (forward_positions): the poses, not the
+    contacts; a model with a rangefinder, whose ray MuJoCo draws from the sensor data, gets a
+    whole mj_forward."""
+    from demofactory.simulation.scene import forward_positions
+
+    xml = """
+    <mujoco>
+      <worldbody>
+        <geom name="floor" type="plane" size="1 1 0.1"/>
+        <body name="ball" pos="0 0 0.5"><freejoint/><geom type="sphere" size="0.1"/>
+          <site name="eye" pos="0 0 -0.1" zaxis="0 0 -1"/></body>
+      </worldbody>
+      {sensor}
+    </mujoco>"""
+    for sensor in ("", '<sensor><rangefinder site="eye"/></sensor>'):
+        model = mujoco.MjModel.from_xml_string(xml.format(sensor=sensor))
+        data = mujoco.MjData(model)
+        mujoco.mj_forward(model, data)  # the ball 0.4 m above the floor: no contact
+        data.qpos[2] = 0.05  # into the floor
+        forward_positions(model, data)
+        assert data.xpos[1][2] == pytest.approx(0.05)  # the pose a picture needs
+        if sensor:
+            # the site now under the floor sees nothing (-1); stale, it would read 0.4
+            assert data.ncon > 0 and data.sensordata[0] == pytest.approx(-1.0)
+        else:
+            assert data.ncon == 0  # collision not run: contacts as they were
