@@ -242,8 +242,8 @@ _HEADER = _header_template()
 
 def _member_header(name: str, size: int) -> bytes:
     """The header `addfile` writes for `name` of `size` bytes (_tar_info's fixed fields)."""
-    encoded = name.encode("ascii", "replace")
-    if len(encoded) > _NAME_BYTES or not name.isascii() or size >= 8**11:
+    encoded = name.encode("ascii") if name.isascii() else b""
+    if not encoded or len(encoded) > _NAME_BYTES or size >= 8**11:
         return _tar_info(name, size).tobuf(_TAR_FORMAT, "utf-8", "surrogateescape")
     header = _HEADER.copy()
     header[0:_NAME_BYTES] = encoded.ljust(_NAME_BYTES, b"\0")
