@@ -22,7 +22,7 @@ The success rate of the batched attempt loop against the CPU backend, the same s
 and seeds both ways in one run (demofactory.build.batched.run_batch; needs robosuite):
 
     .venv/bin/python benchmarks/bench_batched.py --spec scene_specs/stack.yaml \
-        --success 16 --per-batch 8 --device cpu
+        --success 16 --per-batch 8 --device cpu [--jobs 2 --log shards.jsonl]
 
 Prints JSON.
 """
@@ -215,10 +215,10 @@ def batched(model, start, ctrl: np.ndarray, steps: int, nworld: int, device: str
     }
 
 
-def success_rates(spec_path: Path, attempts: int, per_batch: int, device: str) -> dict:
-    """Success rate of the same attempts (same spec, shards and seeds) through the batched
-    attempt loop (demofactory.build.batched.run_batch, MuJoCo Warp on `device`) and through the
-    CPU path (ShardWorker.run_attempt), one run; the attempts in shards of `per_batch`."""
+def _shard_outcomes(spec_path: Path, shards: list, device: str, log: str | None) -> list:
+    """[(shard, batched successes, CPU successes, [[batched, CPU] steps], batched s, CPU s)]
+    for each (shard, attempt ids) of `shards`, in one process; each line also appended to
+    `log` (JSON) as its shard ends, so a long run shows what it has so far."""
     from demofactory.build.batched import run_batch
     from demofactory.build.pipeline import ShardWorker
     from demofactory.build.records import ShardTask
@@ -229,24 +229,94 @@ def success_rates(spec_path: Path, attempts: int, per_batch: int, device: str) -
     repairs.install()
     resolved = resolve_spec(load_spec(spec_path))
     worker = ShardWorker(resolved.spec, resolved.demos, resolved.scene)
-    ours, cpu, lengths, wall = [], [], [], {"batched": 0.0, "cpu": 0.0}
-    for shard, first in enumerate(range(0, attempts, per_batch)):
-        task = ShardTask(shard, tuple(range(first, min(first + per_batch, attempts))))
+    rows = []
+    for shard, ids in shards:
+        task = ShardTask(shard, tuple(ids))
+        timing: dict = {}
         start = time.perf_counter()
-        batch = run_batch(worker, task, device=device)
-        wall["batched"] += time.perf_counter() - start
+        batch = run_batch(worker, task, device=device, timing=timing)
+        took = time.perf_counter() - start
         start = time.perf_counter()
         reference = [worker.run_attempt(task, a) for a in task.attempt_ids]
-        wall["cpu"] += time.perf_counter() - start
-        ours += [a.success for a in batch]
-        cpu += [a.success for a in reference]
-        lengths += [[len(a.actions), len(b.actions)] for a, b in zip(batch, reference, strict=True)]
+        took_cpu = time.perf_counter() - start
+        row = {
+            "shard": shard,
+            "batched": [bool(a.success) for a in batch],
+            "cpu": [bool(a.success) for a in reference],
+            "steps": [
+                [len(a.actions), len(b.actions)] for a, b in zip(batch, reference, strict=True)
+            ],
+            "batched_s": round(took, 1),
+            "cpu_s": round(took_cpu, 1),
+            "timing": timing,
+            # CPU MuJoCo's physics of one control step (its substeps of mj_step), this process
+            "cpu_control_step_s": cpu_control_step_s(worker),
+        }
+        rows.append(row)
+        if log is not None:
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    return rows
+
+
+def cpu_control_step_s(worker, control_steps: int = 200) -> float:
+    """Seconds of bare `mj_step` for one control step (its substeps) of the worker's scene,
+    from the state it holds, on this core: the CPU path's physics, the reference the host's
+    share of the batched loop is compared with (ρ in docs/cluster.md)."""
+    import mujoco
+
+    scene = worker.scene
+    model, data = scene.model, mujoco.MjData(scene.model)
+    mujoco.mj_copyData(data, model, scene.data)
+    substeps = scene._fast.substeps
+    start = time.perf_counter()
+    for _ in range(control_steps * substeps):
+        mujoco.mj_step(model, data)
+    return (time.perf_counter() - start) / control_steps
+
+
+def success_rates(
+    spec_path: Path,
+    attempts: int,
+    per_batch: int,
+    device: str,
+    jobs: int = 1,
+    log: str | None = None,
+) -> dict:
+    """Success rate of the same attempts (same spec, shards and seeds) through the batched
+    attempt loop (demofactory.build.batched.run_batch, MuJoCo Warp on `device`) and through the
+    CPU path (ShardWorker.run_attempt), one run; the attempts in shards of `per_batch`, the
+    shards dealt round-robin to `jobs` processes (warp's CPU device runs a kernel on one core;
+    the shards and seeds are the same whatever `jobs` is)."""
+    shards = [
+        (shard, list(range(first, min(first + per_batch, attempts))))
+        for shard, first in enumerate(range(0, attempts, per_batch))
+    ]
+    if jobs <= 1:
+        rows = _shard_outcomes(spec_path, shards, device, log)
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            parts = pool.starmap(
+                _shard_outcomes,
+                [(spec_path, shards[j::jobs], device, log) for j in range(jobs)],
+            )
+        rows = sorted((row for part in parts for row in part), key=lambda r: r["shard"])
+    ours = [x for r in rows for x in r["batched"]]
+    cpu = [x for r in rows for x in r["cpu"]]
+    lengths = [s for r in rows for s in r["steps"]]
     rate = {"batched": float(np.mean(ours)), "cpu": float(np.mean(cpu))}
+    host = sum(r["timing"]["host_s"] for r in rows)
+    world_steps = sum(r["timing"]["world_steps"] for r in rows)
+    h = host / max(world_steps, 1)
+    step = float(np.median([r["cpu_control_step_s"] for r in rows]))
     return {
         "spec": str(spec_path),
         "device": device,
         "attempts": attempts,
         "worlds_per_batch": per_batch,
+        "jobs": jobs,
         "success_rate": {k: round(v, 4) for k, v in rate.items()},
         "points_apart": round(100 * (rate["batched"] - rate["cpu"]), 1),
         "same_outcome": int(sum(a == b for a, b in zip(ours, cpu, strict=True))),
@@ -254,7 +324,17 @@ def success_rates(spec_path: Path, attempts: int, per_batch: int, device: str) -
             "batched": round(float(np.mean([x for x, _ in lengths])), 1),
             "cpu": round(float(np.mean([y for _, y in lengths])), 1),
         },
-        "wall_s": {k: round(v, 1) for k, v in wall.items()},
+        "wall_s": {
+            "batched": round(sum(r["batched_s"] for r in rows), 1),
+            "cpu": round(sum(r["cpu_s"] for r in rows), 1),
+            "batched_device": round(sum(r["timing"]["device_s"] for r in rows), 1),
+            "batched_host": round(host, 1),
+        },
+        # the throughput model's h and rho (docs/cluster.md): the batch actor's host work per
+        # world and control step, and that over CPU MuJoCo's physics of one control step
+        "host_per_world_step_ms": round(1e3 * h, 4),
+        "cpu_physics_per_control_step_ms": round(1e3 * step, 4),
+        "rho": round(h / step, 4),
     }
 
 
@@ -279,11 +359,20 @@ def main() -> None:
         help="with --spec: success rate of ATTEMPTS attempts, batched vs the CPU backend",
     )
     parser.add_argument("--per-batch", type=int, default=8, help="with --success: worlds a batch")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="with --success: processes the shards are dealt to"
+    )
+    parser.add_argument(
+        "--log", help="with --success: append each shard's outcomes to this file (JSON lines)"
+    )
     args = parser.parse_args()
     if args.success is not None:
         if args.spec is None:
             parser.error("--success needs --spec")
-        print(json.dumps(success_rates(args.spec, args.success, args.per_batch, args.device)))
+        rates = success_rates(
+            args.spec, args.success, args.per_batch, args.device, args.jobs, args.log
+        )
+        print(json.dumps(rates))
         return
     if args.save_trace is not None:
         if args.spec is None:

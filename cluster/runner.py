@@ -6,6 +6,11 @@
                 ──► result (+ node) ──► on_result
     actors ──► progress actor, on the driver's node: (shard, success) per attempt ──► on_attempt
 
+With a batch stage (ClusterConfig.batch_gpus: generation.backend mjwarp), the queue feeds batch
+actors first, each on a CPU and a GPU share: generate(task) ──► the shard's attempts, left in
+the object store ──► an idle actor: run_shard(task, attempts) renders and writes them. A batch
+actor runs ahead of the render workers by at most as many shards as there are of them.
+
 The cluster does not know what it runs: `demofactory.build.run` passes a `WorkerFactory` (a
 picklable
 callable that builds the factory's `ShardWorker` in the actor), and tasks and results are
@@ -21,6 +26,10 @@ Faults, and what happens:
                                  `max_shard_retries` times is an error (it crashes workers).
   a node joins                   without --workers, the pool grows by a worker a CPU it brings
                                  (checked every _GROW_EVERY_S while shards are queued).
+  a batch actor dies mid-shard   its shard goes back to the front of the queue and a fresh
+                                 batch actor starts; a render worker that dies holding a
+                                 generated shard's attempts: the shard is rendered again
+                                 from them (generated again only if they were lost too).
   an actor fails in __init__     an error at once: every worker would fail alike.
   a shard raises (e.g. the       no new shard starts; running ones finish and are recorded; then
   disk is full)                  the error (one line for an OSError).
@@ -53,7 +62,7 @@ from demofactory.cluster.address import START_HINT, TOKEN_HINT, first_line, prob
 from demofactory.cluster.errors import ClusterAddressError, ClusterError, ShardWriteError
 from demofactory.cluster.gpu import GPU_WAIT_ENV, apply_gpu_render_env, gpu_wait_s
 from demofactory.cluster.reaper import children, release, watch_local_cluster
-from ray.exceptions import AuthenticationError, RayActorError, RayTaskError
+from ray.exceptions import AuthenticationError, ObjectLostError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 __all__ = [
@@ -93,6 +102,12 @@ class ClusterConfig:
     # environment variables set in every worker (Ray's runtime_env env_vars)
     worker_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     user_errors: tuple[type, ...] = ()  # raised by a worker: reported as they are, one line
+    # None: each worker generates the shards it renders. A number: a batch stage, whose
+    # `batch_workers` actors generate whole shards (the runner's `generate`: MuJoCo Warp
+    # batches) on this GPU share each (0, or a cluster without a GPU: warp's CPU device); the
+    # workers above take each shard's attempts and render and write it
+    batch_gpus: float | None = None
+    batch_workers: int = 1
 
 
 class ShardTask(Protocol):
@@ -110,7 +125,12 @@ class ShardRunner(Protocol):
     demos: list
 
     def run_shard(self, task, out_dir: Path, on_attempt: Callable[[bool], None] | None = None):
-        """Generate, render and write one shard to `out_dir`; returns its result record."""
+        """Generate, render and write one shard to `out_dir`; returns its result record.
+        With a batch stage it is called with `attempts=`, the shard's attempts `generate`
+        made on a batch actor: only rendered and written here."""
+
+    def generate(self, task) -> list:
+        """A batch stage's half: the shard's attempts, not rendered (picklable records)."""
 
 
 # Called once in each actor, after it chose its GPU: builds its runner. It crosses to the actor
@@ -127,8 +147,8 @@ class WorkerInfo:
     pid: int
     gpus: tuple[str, ...] = ()
 
-    def describe(self) -> str:
-        return f"worker pid {self.pid} on node {self.node[:8]}"
+    def describe(self, kind: str = "worker") -> str:
+        return f"{kind} pid {self.pid} on node {self.node[:8]}"
 
 
 def connect(config: ClusterConfig) -> subprocess.Popen | None:
@@ -154,7 +174,9 @@ def connect(config: ClusterConfig) -> subprocess.Popen | None:
             )
             return None
         before = children(os.getpid())
-        _start_local(config.workers)
+        # --workers counts the render workers: a batch stage's actors take a CPU each more
+        batch = config.batch_workers if config.batch_gpus is not None else 0
+        _start_local(None if config.workers is None else config.workers + batch)
     except ConnectionError as err:
         raise ClusterAddressError(
             f"{flag} {address}: cannot connect to a Ray cluster ({first_line(err)}); {START_HINT}"
@@ -229,11 +251,34 @@ class _ShardActor:
     def set_demos(self, demos: Sequence) -> None:
         self.worker.demos = list(demos)
 
-    def run_shard(self, task, out_dir: str, progress):
+    def run_shard(self, task, out_dir: str, progress, attempts=None):
+        extra = {} if attempts is None else {"attempts": attempts}  # made by a batch actor
         result = self.worker.run_shard(  # out_dir: a folder, or a store's URL
-            task, out_dir, on_attempt=_Reporter(progress, task.index)
+            task, out_dir, on_attempt=_Reporter(progress, task.index), **extra
         )
         return dataclasses.replace(result, node=self.info.node)
+
+
+class _BatchActor(_ShardActor):
+    """A batch stage's actor: generates whole shards' attempts on its device (warp's CUDA
+    device when Ray gave it a GPU share and warp sees one, else warp's CPU device); renders
+    nothing. Its GPU is not set up for EGL: it draws no frame."""
+
+    def __init__(self, make_worker: WorkerFactory, on_gpu: bool):
+        context = ray.get_runtime_context()
+        self.info = WorkerInfo(
+            context.get_node_id(), os.getpid(), tuple(str(g) for g in ray.get_gpu_ids())
+        )
+        self.device = None if on_gpu else "cpu"  # None: the runner's default (CUDA if seen)
+        self.worker = make_worker()
+
+    @ray.method(num_returns=2)
+    def generate(self, task) -> tuple[int, list]:
+        """(attempts made, the attempts): two objects, so that the driver waits on the small
+        one and hands the other, unread, to a render worker (both owned by the driver: they
+        outlive this actor)."""
+        attempts = self.worker.generate(task, self.device)
+        return len(attempts), attempts
 
 
 class _Reporter:
@@ -383,6 +428,16 @@ class _Dispatcher:
         self.on_workers: Callable = lambda n: None
         self.on_warning: Callable = lambda line: print(f"warning: {line}", file=sys.stderr)
         cluster = ray.cluster_resources()
+        self.early_warnings: list[str] = []  # said once `run` has somewhere to say them
+        # the batch stage (config.batch_gpus): its actors and the GPU share each takes
+        self.batchers = 0 if config.batch_gpus is None else max(1, config.batch_workers)
+        self.batch_share = config.batch_gpus or 0.0
+        if self.batchers and not cluster.get("GPU"):
+            self.batch_share = 0.0
+            self.early_warnings.append(
+                "the cluster has no GPU: the batches of worlds run on warp's CPU device "
+                "(for development; docs/mjwarp.md)"
+            )
         self.max_workers = max_workers
         self.workers = max(1, min(max_workers, config.workers or self._capacity(cluster)))
         self._next_grow = time.monotonic() + _GROW_EVERY_S
@@ -393,12 +448,19 @@ class _Dispatcher:
         if missing:  # e.g. how to reach an object store, as the driver does (an actor with a
             # runtime_env starts through Ray's runtime-env agent, ≈ 1-2 s more: only when needed)
             options["runtime_env"] = {"env_vars": missing}
-        self.early_warnings: list[str] = []  # said once `run` has somewhere to say them
         self.gpu_deadline: float | None = (
             None  # give up if no worker has started by then (no GPU joined)
         )
         if config.gpus_per_worker > 0:
             options["num_gpus"] = config.gpus_per_worker
+            left = cluster.get("GPU", 0) - self.batchers * self.batch_share
+            if cluster.get("GPU") and left < config.gpus_per_worker:
+                raise ClusterError(
+                    f"generation.batch_workers {self.batchers} x generation.gpus_per_batch "
+                    f"{self.batch_share:g} leave {max(left, 0):g} of the cluster's "
+                    f"{cluster['GPU']:g} GPUs, less than one render worker's "
+                    f"render.gpus_per_worker {config.gpus_per_worker:g}; lower one of them"
+                )
             if not cluster.get("GPU"):
                 # Nothing will ever join a cluster this process started: the workers would wait
                 # forever.
@@ -417,6 +479,18 @@ class _Dispatcher:
                 )
         self.actor_class = ray.remote(**options)(_ShardActor)
         self.factory_ref = ray.put(make_worker)
+        batch_options = {"num_cpus": 1, "max_restarts": 0}
+        if "runtime_env" in options:
+            batch_options["runtime_env"] = options["runtime_env"]
+        if self.batch_share > 0:  # Ray counts it with the render workers' shares
+            batch_options["num_gpus"] = self.batch_share
+        self.batch_class = ray.remote(**batch_options)(_BatchActor)
+        self.batch_starting: dict = {}  # describe() ref -> _Worker
+        self.batch_idle: list[_Worker] = []
+        self.generating: dict = {}  # generate ref -> (_Worker, ShardTask)
+        # generated shards waiting for a render worker: (task, ref of its attempts)
+        self.generated: deque = deque()
+        self.attempts_of: dict = {}  # shard index -> ref of its attempts, until it is written
         self.demos_ref = None  # set by run()
         self.starting: dict = {}  # describe() ref -> _Worker
         self.idle: list[_Worker] = []
@@ -426,6 +500,8 @@ class _Dispatcher:
         self.error: BaseException | None = None
         for _ in range(self.workers):
             self._start_worker()
+        for _ in range(self.batchers):
+            self._start_batcher()
         # Made after the workers, so that they get the worker processes Ray has already started.
         # The progress actor lives on the driver's node: losing another node must not lose the
         # progress.
@@ -450,20 +526,21 @@ class _Dispatcher:
         for line in self.early_warnings:
             self.on_warning(line)
         self.demos_ref = ray.put(list(demos))
-        for worker in (
-            self.starting.values()
-        ):  # every actor is still "starting" here (run handles the events)
+        for worker in [
+            *self.starting.values(),
+            *self.batch_starting.values(),
+        ]:  # every actor is still "starting" here (run handles the events)
             worker.actor.set_demos.remote(self.demos_ref)
         queue = _TaskQueue(tasks)
         stopping = lambda: self.error is not None or should_stop()  # noqa: E731
-        while self.running or (queue and not stopping()):
-            while queue and self.idle and not stopping():
-                worker, task = self.idle.pop(), queue.popleft()
-                self.running[worker.actor.run_shard.remote(task, self.out_dir, self.progress)] = (
-                    worker,
-                    task,
-                )
-            refs = list(self.running) + list(self.starting)
+        while self.running or self.generating or ((queue or self.generated) and not stopping()):
+            self._dispatch(queue, stopping)
+            refs = (
+                list(self.running)
+                + list(self.starting)
+                + list(self.generating)
+                + list(self.batch_starting)
+            )
             if not refs:
                 break
             ready, rest = ray.wait(refs, num_returns=1, timeout=_POLL_S)
@@ -479,11 +556,43 @@ class _Dispatcher:
             for ref in ready:
                 if ref in self.starting:
                     self._started(self.starting.pop(ref), ref)
+                elif ref in self.batch_starting:
+                    self._batcher_started(self.batch_starting.pop(ref), ref)
+                elif ref in self.generating:
+                    self._generated(*self.generating.pop(ref), ref, queue)
                 else:
                     self._finished(*self.running.pop(ref), ref, queue)
         self._drain_progress()
         if self.error is not None:
             raise self.error
+
+    def _dispatch(self, queue: _TaskQueue, stopping: Callable[[], bool]) -> None:
+        """Start what can start: without a batch stage, a queued shard on each idle worker; with
+        one, a queued shard on each idle batch actor (while fewer shards than render workers
+        are generated or being generated: their attempts wait in the object store) and a
+        generated shard on each idle render worker."""
+        if not self.batchers:
+            while queue and self.idle and not stopping():
+                worker, task = self.idle.pop(), queue.popleft()
+                self._render(worker, task)
+            return
+        while self.generated and self.idle and not stopping():
+            task, attempts = self.generated.popleft()
+            self._render(self.idle.pop(), task, attempts)
+        ahead = max(1, len(self.idle) + len(self.running) + len(self.starting))
+        while (
+            queue
+            and self.batch_idle
+            and len(self.generated) + len(self.generating) < ahead
+            and not stopping()
+        ):
+            batcher, task = self.batch_idle.pop(), queue.popleft()
+            done, attempts = batcher.actor.generate.remote(task)
+            self.generating[done] = (batcher, task, attempts)
+
+    def _render(self, worker: _Worker, task: ShardTask, attempts=None) -> None:
+        args = (task, self.out_dir, self.progress) + (() if attempts is None else (attempts,))
+        self.running[worker.actor.run_shard.remote(*args)] = (worker, task)
 
     def _check_gpu_deadline(self) -> None:
         if self.gpu_deadline is None or self.idle or self.running:
@@ -498,11 +607,11 @@ class _Dispatcher:
             )
 
     def _capacity(self, resources: dict) -> int:
-        """Workers the cluster's resources hold: one a CPU (and `gpus_per_worker` GPU each)."""
-        cpus = int(resources.get("CPU", 0))
-        if self.config.gpus_per_worker > 0:
-            cpus = min(cpus, int(resources.get("GPU", 0) / self.config.gpus_per_worker))
-        return max(1, cpus)
+        """Workers the cluster's resources hold: one a CPU (and `gpus_per_worker` GPU each),
+        after the batch stage's actors (a CPU and `batch_share` GPU each)."""
+        return render_capacity(
+            resources, self.config.gpus_per_worker, self.batchers, self.batch_share
+        )
 
     def _grow(self) -> None:
         """An auto-sized pool (no --workers) takes the nodes that joined: a worker for each CPU
@@ -515,6 +624,54 @@ class _Dispatcher:
         wanted = min(self.max_workers, self._capacity(ray.cluster_resources()))
         for _ in range(wanted - have):
             self._start_worker()
+
+    def _start_batcher(self) -> None:
+        actor = self.batch_class.remote(self.factory_ref, self.batch_share > 0)
+        if self.demos_ref is not None:  # a replacement, started while shards run
+            actor.set_demos.remote(self.demos_ref)
+        self.batch_starting[actor.describe.remote()] = _Worker(actor)
+
+    def _batcher_started(self, batcher: _Worker, ref) -> None:
+        try:
+            batcher.info = ray.get(ref)
+        except RayActorError as err:
+            if err.actor_init_failed:
+                self._fail(ClusterError(f"a batch actor failed to start: {_raised(err)}"))
+                return
+            self.lost_while_starting += 1
+            if self.lost_while_starting > self.config.max_shard_retries * self.workers:
+                self._fail(
+                    ClusterError(
+                        f"{self.lost_while_starting} workers died while starting; "
+                        f"last: {_death_reason(err)}"
+                    )
+                )
+            else:
+                self.on_warning(
+                    f"a batch actor died while starting ({_death_reason(err)}); starting another"
+                )
+                self._start_batcher()
+            return
+        self.batch_idle.append(batcher)
+
+    def _generated(
+        self, batcher: _Worker, task: ShardTask, attempts, done, queue: _TaskQueue
+    ) -> None:
+        """A batch actor returned: the shard's attempts wait for a render worker (their ref:
+        they stay in the object store), or the batch actor died (the shard is generated again,
+        by another) or raised (the run stops, as when a shard raises)."""
+        try:
+            ray.get(done)
+        except RayActorError as err:
+            self._lost(batcher, task, err, queue, batch=True)
+            return
+        except RayTaskError as err:
+            self.batch_idle.append(batcher)
+            self._fail(_shard_error(task, err, self.out_dir, self.config.user_errors))
+            return
+        self.batch_idle.append(batcher)
+        self.attempts_of[task.index] = attempts
+        self.generated.append((task, attempts))
 
     def _start_worker(self) -> None:
         actor = self.actor_class.remote(self.factory_ref)
@@ -554,17 +711,34 @@ class _Dispatcher:
         except RayActorError as err:
             self._lost(worker, task, err, queue)
             return
+        except ObjectLostError as err:  # a batch stage's attempts, lost with their node
+            self.idle.append(worker)
+            self.attempts_of.pop(task.index, None)
+            queue.appendleft(task)  # generated again
+            self.on_warning(
+                f"{task.name}: its attempts were lost ({_first_line(err)}); "
+                "the shard is generated again"
+            )
+            return
         except RayTaskError as err:
             self.idle.append(worker)
             self._fail(_shard_error(task, err, self.out_dir, self.config.user_errors))
             return
+        self.attempts_of.pop(task.index, None)
         # its attempts were drained just before: they were queued before it returned
         self.on_result(result)
         self.idle.append(worker)
 
     def _lost(
-        self, worker: _Worker, task: ShardTask, err: RayActorError, queue: _TaskQueue
+        self,
+        worker: _Worker,
+        task: ShardTask,
+        err: RayActorError,
+        queue: _TaskQueue,
+        batch: bool = False,
     ) -> None:
+        """`worker` (a batch actor when `batch`) died running `task`: the shard is redone by
+        another (rendered again from its attempts when a batch stage made them already)."""
         ray.kill(worker.actor, no_restart=True)
         self._report_workers()
         self.deaths[task.index] += 1
@@ -577,11 +751,17 @@ class _Dispatcher:
                 )
             )
             return
-        queue.appendleft(task)  # redone from scratch, on whichever worker is free first
-        self.on_warning(
-            f"{worker.info.describe()} died during {task.name} ({why}); the shard is redone"
-        )
-        self._start_worker()
+        attempts = None if batch else self.attempts_of.get(task.index)
+        if attempts is not None:  # rendered again from the attempts already generated
+            self.generated.appendleft((task, attempts))
+        else:  # redone from scratch, on whichever worker is free first
+            queue.appendleft(task)
+        who = worker.info.describe("batch actor" if batch else "worker")
+        self.on_warning(f"{who} died during {task.name} ({why}); the shard is redone")
+        if batch:
+            self._start_batcher()
+        else:
+            self._start_worker()
 
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
@@ -603,6 +783,9 @@ class _Dispatcher:
         """End every actor of this run (idle, starting, and the progress actor)."""
         actors = [w.actor for w in self.idle] + [w.actor for w in self.starting.values()]
         actors += [w.actor for w, _ in self.running.values()] + [self.progress]
+        actors += [w.actor for w in self.batch_idle]
+        actors += [w.actor for w in self.batch_starting.values()]
+        actors += [w.actor for w, _, _ in self.generating.values()]
         for actor in actors:
             try:
                 ray.kill(actor, no_restart=True)
@@ -611,6 +794,26 @@ class _Dispatcher:
         self.idle.clear()
         self.starting.clear()
         self.running.clear()
+        self.batch_idle.clear()
+        self.batch_starting.clear()
+        self.generating.clear()
+        self.generated.clear()
+
+
+def render_capacity(
+    resources: Mapping[str, float],
+    gpus_per_worker: float = 0.0,
+    batchers: int = 0,
+    batch_share: float = 0.0,
+) -> int:
+    """Render workers a cluster of `resources` (Ray's CPU and GPU totals) holds: one a CPU,
+    and `gpus_per_worker` GPU each when > 0, once the batch stage's `batchers` actors have
+    taken a CPU and `batch_share` GPU each. At least 1 (a worker waits for room)."""
+    cpus = int(resources.get("CPU", 0)) - batchers
+    if gpus_per_worker > 0:
+        gpus = resources.get("GPU", 0) - batchers * batch_share
+        cpus = min(cpus, int(gpus / gpus_per_worker + 1e-9))
+    return max(1, cpus)
 
 
 def _env_missing(wanted: Mapping[str, str]) -> dict[str, str]:

@@ -33,6 +33,7 @@ and mixed-robot specs, a robot without the factory's OSC loop.
 from __future__ import annotations
 
 import threading
+import time
 
 import mujoco
 import numpy as np
@@ -167,11 +168,20 @@ class _Turn:
         self.back.acquire()
 
 
-def run_batch(worker, task: ShardTask, device: str = "cpu") -> list[Attempt]:
+def run_batch(
+    worker, task: ShardTask, device: str = "cpu", timing: dict | None = None
+) -> list[Attempt]:
     """Every attempt of `task` as one batch of worlds; the Attempts in the task's order, as
-    `ShardWorker.run_attempt` returns them on the CPU path."""
+    `ShardWorker.run_attempt` returns them on the CPU path.
+
+    `timing`, a dict: filled with where the loop's time went, in seconds of wall time:
+    `device_s` (the batched control steps and the copies of every world's state from the
+    device), `host_s` (every world's attempt logic and predicates, on this core), `setup_s`,
+    and `control_steps` and `world_steps` (live worlds summed over control steps): what the
+    throughput model calls h is host_s / world_steps (docs/cluster.md)."""
     from demofactory.simulation import mjwarp
 
+    started = time.perf_counter()
     why = unsupported(worker.spec)
     if why is not None:
         raise NotImplementedError(f"{why} are not batched yet")
@@ -208,8 +218,11 @@ def run_batch(worker, task: ShardTask, device: str = "cpu") -> list[Attempt]:
     for thread in threads:
         thread.start()
     last = np.zeros((n, 7))
+    clock = {"device_s": 0.0, "host_s": 0.0, "control_steps": 0, "world_steps": 0}
+    clock["setup_s"] = time.perf_counter() - started
     try:
         while True:
+            tick = time.perf_counter()
             for turn in turns:  # every live world, in attempt order, up to its next action
                 if not turn.finished:
                     turn.resume()
@@ -217,6 +230,7 @@ def run_batch(worker, task: ShardTask, device: str = "cpu") -> list[Attempt]:
                         raise turn.error
             done = np.array([t.finished for t in turns])
             worlds.mask(done & ~worlds.done)
+            clock["host_s"] += time.perf_counter() - tick
             if done.all():
                 break
             actions = last.copy()
@@ -224,10 +238,16 @@ def run_batch(worker, task: ShardTask, device: str = "cpu") -> list[Attempt]:
                 if turn.action is not None:
                     actions[w] = turn.action
             # a finished world repeats its last action: masked, it is held where it ended
+            tick = time.perf_counter()
             osc.control_step(actions, hands.ctrl(actions))
             last = actions
             batch.refresh(worlds.states())
+            clock["device_s"] += time.perf_counter() - tick
+            clock["control_steps"] += 1
+            clock["world_steps"] += int((~done).sum())
     finally:
+        if timing is not None:
+            timing.update(clock)
         for turn in turns:  # a thread still waiting (an error above) is released to end
             if not turn.finished:
                 turn.abort = True

@@ -76,10 +76,15 @@ class MixedShardWorker:
         for worker in self.workers.values():
             worker.prepare(dataset_dir)
 
-    def run_shard(self, task, out_dir, on_attempt=None):
+    def generate(self, task, device=None):
         from demofactory.build.pipeline import ShardWorker  # mujoco: only when a worker is built
 
-        return ShardWorker.run_shard(self, task, out_dir, on_attempt)
+        return ShardWorker.generate(self, task, device)
+
+    def run_shard(self, task, out_dir, on_attempt=None, attempts=None):
+        from demofactory.build.pipeline import ShardWorker  # mujoco: only when a worker is built
+
+        return ShardWorker.run_shard(self, task, out_dir, on_attempt, attempts)
 
     def close(self) -> None:
         for worker in self.workers.values():

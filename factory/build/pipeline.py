@@ -43,7 +43,12 @@ from demofactory.generators.records import AnnotatedDemo, Attempt
 from demofactory.robustness.adr import adr_physics
 from demofactory.robustness.divergence import RobustnessFilter
 from demofactory.shards import Episode, EpisodeRecord, write_shard
-from demofactory.simulation.physics import PhysicsDraw, draw_physics, physics_rng
+from demofactory.simulation.physics import (
+    PhysicsDraw,
+    draw_physics,
+    physics_rng,
+    recorded_physics,
+)
 from demofactory.simulation.render import FrameRenderer
 from demofactory.simulation.scene import Scene
 from demofactory.specs.adapters import appearance_params, mimicgen_params
@@ -138,6 +143,18 @@ class ShardWorker:
         if draw is not None:  # what a re-simulation needs, with placement and fixtures
             attempt.provenance["physics"] = draw.to_json()
         return attempt
+
+    def generate(self, task: ShardTask, device: str | None = None) -> list[Attempt]:
+        """The attempts of `task` in its order, unfiltered and unrendered: what a batch stage's
+        actor makes for a worker's `run_shard(..., attempts=)` (demofactory.cluster.runner).
+        backend mjwarp: one batch of worlds on warp's `device` (None: CUDA when warp sees it,
+        else its CPU device); cpu: the attempts one after another, as run_shard runs them."""
+        if self.spec.generation.backend == "mjwarp":
+            from demofactory.build.batched import run_batch
+            from demofactory.simulation.mjwarp import default_device
+
+            return run_batch(self, task, device=device or default_device())
+        return [self.worker_for(a).run_attempt(task, a) for a in task.attempt_ids]
 
     def filter_attempt(self, attempt: Attempt) -> Attempt:
         """The attempt after each of the worker's per-attempt filters, in order (a filter keeps
@@ -243,9 +260,11 @@ class ShardWorker:
         task: ShardTask,
         out_dir: Path | str,
         on_attempt: Callable[[bool], None] | None = None,
+        attempts: Sequence[Attempt] | None = None,
     ) -> ShardResult:
         """Generate, render and write one shard to `out_dir` (a directory, or a store's URL);
-        returns its summary.
+        returns its summary. `attempts`: the shard's attempts, already generated elsewhere
+        (`generate`, on a batch stage's actor): only filtered, rendered and written here.
 
         `successes` counts successful attempts (physical trajectories); each one gives
         K episodes, one per appearance variant.
@@ -260,16 +279,20 @@ class ShardWorker:
         }
         robots: dict[str, dict[str, int]] = {}
         placements = []
-        batched = None
-        if self.spec.generation.backend == "mjwarp":  # the shard's attempts as one batch
-            from demofactory.build.batched import run_batch
-            from demofactory.simulation.mjwarp import default_device
-
-            batched = run_batch(self, task, device=default_device())
+        batched = None if attempts is None else list(attempts)
+        if batched is None and self.spec.generation.backend == "mjwarp":  # one batch of worlds
+            batched = self.generate(task)
+        if batched is not None and [a.attempt_id for a in batched] != list(task.attempt_ids):
+            raise ValueError(f"{task.name}: the attempts given are not the shard's")
         for position, attempt_id in enumerate(task.attempt_ids):
             worker = self.worker_for(attempt_id)  # this one, or the attempt's robot's
             if batched is not None:
                 attempt = batched[position]
+                # generated elsewhere: this scene takes the physics the attempt ran under, as
+                # run_attempt leaves it applied for the rendering (None: the nominal one; a
+                # two-arm scene has no physics draws)
+                if hasattr(worker.scene, "set_physics"):
+                    worker.scene.set_physics(recorded_physics(attempt.provenance))
             else:
                 attempt = worker.run_attempt(task, attempt_id)
             tally = robots.setdefault(worker.spec.task.robot, {"attempts": 0, "successes": 0})

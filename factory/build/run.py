@@ -354,6 +354,9 @@ def _run_dataset(
         gpus_per_worker=gpus_per_worker(spec),
         worker_env=stored.worker_env() if stored is not None else {},
         user_errors=USER_FACING_ERRORS,
+        # backend mjwarp: batch actors generate the shards, the other workers render them
+        batch_gpus=spec.generation.gpus_per_batch if spec.generation.backend == "mjwarp" else None,
+        batch_workers=spec.generation.batch_workers,
     )
     left = _shards_left(out_dir, spec, tasks, truncate) if resuming else len(tasks)
     with (

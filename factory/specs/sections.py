@@ -507,6 +507,22 @@ class GenerationSpec(StrictModel):
         "(factory run refuses the rest, naming backend cpu; docs/mjwarp.md). "
         "A dataset keeps the backend that made it.",
     )
+    gpus_per_batch: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="backend mjwarp on Ray: the GPU share each batch actor asks for (it "
+        "generates whole shards as batches of worlds; the other workers render and write them; "
+        "fractions share a GPU with other batch actors or with render.gpus_per_worker, Ray "
+        "never giving out more than a whole GPU). A cluster without a GPU runs the batches on "
+        "warp's CPU device.",
+    )
+    batch_workers: int = Field(
+        1,
+        ge=1,
+        description="backend mjwarp on Ray: how many batch actors generate shards (e.g. one a "
+        "GPU); the rest of the cluster's CPUs render.",
+    )
     transit_clearance: float = Field(
         0.08, ge=0.0, le=0.5, description="Metres above both poses, for transit: over."
     )

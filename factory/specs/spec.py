@@ -344,7 +344,8 @@ class SceneSpec(StrictModel):
 
         `generation.attempts` and `target_successes` are left out: they say how far to extend
         the dataset, and re-running with more attempts must resume it, not refuse it.
-        `render.gpus_per_worker` is left out too: it says where to run, not what to make; and
+        `render.gpus_per_worker`, `generation.gpus_per_batch` and `generation.batch_workers` are
+        left out too: they say where to run, not what to make; and
         `script`: it made the seed demo files, which `seed_demos` names. An optional top-level
         section left out (null) is left out here too, so that adding one to the schema keeps
         the datasets made before resumable.
@@ -354,7 +355,12 @@ class SceneSpec(StrictModel):
             exclude={
                 "output": True,
                 "script": True,
-                "generation": {"attempts", "target_successes"},
+                "generation": {
+                    "attempts",
+                    "target_successes",
+                    "gpus_per_batch",
+                    "batch_workers",
+                },
                 "render": {"gpus_per_worker"},
             },
         )

@@ -97,6 +97,8 @@ def test_factory_run_with_mjwarp_writes_a_dataset_inspect_reads(tmp_path):
         env={**os.environ, "MUJOCO_GL": "egl"},
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    # on Ray a batch actor generated the shard (here on warp's CPU device), a worker rendered it
+    assert "the cluster has no GPU: the batches of worlds run on warp's CPU device" in run.stderr
     info = json.loads((out / "dataset_info.json").read_text())
     assert info["backend"]["name"] == "mjwarp"
     assert info["backend"]["mujoco_warp"] == "3.9.0.1"
