@@ -249,30 +249,12 @@ def _shard_outcomes(spec_path: Path, shards: list, device: str, log: str | None)
             "batched_s": round(took, 1),
             "cpu_s": round(took_cpu, 1),
             "timing": timing,
-            # CPU MuJoCo's physics of one control step (its substeps of mj_step), this process
-            "cpu_control_step_s": cpu_control_step_s(worker),
         }
         rows.append(row)
         if log is not None:
             with open(log, "a") as f:
                 f.write(json.dumps(row) + "\n")
     return rows
-
-
-def cpu_control_step_s(worker, control_steps: int = 200) -> float:
-    """Seconds of bare `mj_step` for one control step (its substeps) of the worker's scene,
-    from the state it holds, on this core: the CPU path's physics, the reference the host's
-    share of the batched loop is compared with (ρ in docs/cluster.md)."""
-    import mujoco
-
-    scene = worker.scene
-    model, data = scene.model, mujoco.MjData(scene.model)
-    mujoco.mj_copyData(data, model, scene.data)
-    substeps = scene._fast.substeps
-    start = time.perf_counter()
-    for _ in range(control_steps * substeps):
-        mujoco.mj_step(model, data)
-    return (time.perf_counter() - start) / control_steps
 
 
 def success_rates(
@@ -310,7 +292,8 @@ def success_rates(
     host = sum(r["timing"]["host_s"] for r in rows)
     world_steps = sum(r["timing"]["world_steps"] for r in rows)
     h = host / max(world_steps, 1)
-    step = float(np.median([r["cpu_control_step_s"] for r in rows]))
+    # the CPU path's own cost of a control step (physics and its attempt logic), same run
+    step = sum(r["cpu_s"] for r in rows) / max(sum(c for r in rows for _, c in r["steps"]), 1)
     return {
         "spec": str(spec_path),
         "device": device,
@@ -331,9 +314,9 @@ def success_rates(
             "batched_host": round(host, 1),
         },
         # the throughput model's h and rho (docs/cluster.md): the batch actor's host work per
-        # world and control step, and that over CPU MuJoCo's physics of one control step
+        # world and control step, and that over the CPU path's whole control step
         "host_per_world_step_ms": round(1e3 * h, 4),
-        "cpu_physics_per_control_step_ms": round(1e3 * step, 4),
+        "cpu_path_per_control_step_ms": round(1e3 * step, 4),
         "rho": round(h / step, 4),
     }
 
@@ -365,7 +348,14 @@ def main() -> None:
     parser.add_argument(
         "--log", help="with --success: append each shard's outcomes to this file (JSON lines)"
     )
+    parser.add_argument("--plot", type=Path, help="with --trace: draw the sweep to this PNG")
+    parser.add_argument("--plot-from", type=Path, help="draw --plot from a saved sweep JSON")
     args = parser.parse_args()
+    if args.plot_from is not None:
+        if args.plot is None:
+            parser.error("--plot-from needs --plot")
+        plot_sweep(json.loads(args.plot_from.read_text()), args.plot)
+        return
     if args.success is not None:
         if args.spec is None:
             parser.error("--success needs --spec")
@@ -399,23 +389,57 @@ def main() -> None:
             row["ratio_vs_one_cpu_core"] = round(row["world_steps_per_s"] / reference, 3)
             row["world_steps_per_s"] = round(row["world_steps_per_s"], 1)
             rows.append(row)
-    print(
-        json.dumps(
-            {
-                "device": args.device,
-                "device_name": wp.get_device(args.device).name,
-                "versions": {
-                    "mujoco": mujoco.__version__,
-                    "mujoco_warp": metadata.version("mujoco-warp"),
-                    "warp": wp.__version__,
-                },
-                "substeps_per_control_step": int(ctrl.shape[1]),
-                "cpu_reference_world_steps_per_s": round(reference, 1),
-                "batches": rows,
-            },
-            indent=1,
-        )
-    )
+    result = {
+        "device": args.device,
+        "device_name": wp.get_device(args.device).name,
+        "versions": {
+            "mujoco": mujoco.__version__,
+            "mujoco_warp": metadata.version("mujoco-warp"),
+            "warp": wp.__version__,
+        },
+        "substeps_per_control_step": int(ctrl.shape[1]),
+        "cpu_reference_world_steps_per_s": round(reference, 1),
+        "batches": rows,
+    }
+    if args.plot is not None:
+        try:
+            plot_sweep(result, args.plot)
+        except ImportError as err:  # a device machine without matplotlib: the JSON is enough
+            print(f"no plot ({err}); draw it here with --plot-from", file=sys.stderr)
+    print(json.dumps(result, indent=1))
+
+
+def plot_sweep(result: dict, path: Path) -> None:
+    """The batch-size curve as a picture: one device's world-steps per second over one CPU
+    core's, against the batch size (log-log), one line for physics alone and one with the
+    batched OSC loop when measured. Also drawn from a saved JSON: --plot-from."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for osc, label in ((False, "physics (mj_step of every world)"), (True, "with batched OSC")):
+        rows = [r for r in result["batches"] if bool(r.get("osc")) == osc]
+        if rows:
+            ax.plot(
+                [r["worlds"] for r in rows],
+                [r["ratio_vs_one_cpu_core"] for r in rows],
+                marker="o",
+                label=label,
+            )
+    ax.axhline(50, color="grey", linestyle="--", linewidth=1, label="target 50x")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("worlds in a batch")
+    ax.set_ylabel("world-steps/s over one CPU core")
+    ax.set_title(f"Stack on MuJoCo Warp, {result['device_name']}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ if [ "${1:-all}" = batched ]; then  # no GL, diffusers or torch needed
     batched="python3 benchmarks/bench_batched.py --trace $trace --device cuda:0 --cpu-steps 40"
     # first: the kernels compile (a few minutes once, cached under ~/.cache/warp for the rest)
     step batched_64 200 $batched --worlds 64 --steps 10
-    step batched_sweep 200 $batched --worlds 64,256,1024,4096,8192 --steps 20
+    step batched_sweep 200 $batched --worlds 64,256,1024,4096,8192 --steps 20 --plot "$OUT/batched_sweep.png"
     # the batched OSC loop too (needs the project's wheel in .whl, as the render benchmarks do)
     step batched_osc 120 $batched --worlds 1024,8192 --steps 10 --osc
     exit 0

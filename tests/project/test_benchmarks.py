@@ -149,3 +149,40 @@ def test_bench_driver_scale_writes_the_docs_table_of_its_run(tmp_path):
     assert [row[0] for row in record["rows"]] == ["3", "6"]
     runs = record["result"]["runs"]
     assert record["rows"][1][3] == f"{runs[1]['peak_rss_mb']:,.0f} MB"
+
+
+def test_bench_batched_draws_a_saved_sweep(tmp_path):
+    """The README's batch-size curve is drawn from the sweep's JSON (`--plot-from`): a PNG of
+    the ratio to one CPU core against the batch size, physics and OSC lines. The sweep here
+    is a small hand-written one, not a measurement."""
+    sweep = {
+        "device_name": "cpu",
+        "batches": [
+            {"worlds": 1, "ratio_vs_one_cpu_core": 0.003},
+            {"worlds": 4, "ratio_vs_one_cpu_core": 0.01},
+            {"worlds": 4, "ratio_vs_one_cpu_core": 0.008, "osc": True},
+        ],
+    }
+    source = tmp_path / "sweep.json"
+    source.write_text(json.dumps(sweep))
+    png = tmp_path / "curve.png"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "bench_batched.py"),
+            "--plot-from",
+            str(source),
+            "--plot",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    with Image.open(png) as image:
+        assert image.size == (720, 480)  # 6 x 4 inches at 120 dpi
+        assert len(set(image.convert("RGB").getdata())) > 10  # lines and text, not blank
