@@ -501,7 +501,7 @@ class _Dispatcher:
         for _ in range(self.workers):
             self._start_worker()
         for _ in range(self.batchers):
-            self._start_batcher()
+            self._start_worker(batch=True)
         # Made after the workers, so that they get the worker processes Ray has already started.
         # The progress actor lives on the driver's node: losing another node must not lose the
         # progress.
@@ -557,7 +557,7 @@ class _Dispatcher:
                 if ref in self.starting:
                     self._started(self.starting.pop(ref), ref)
                 elif ref in self.batch_starting:
-                    self._batcher_started(self.batch_starting.pop(ref), ref)
+                    self._started(self.batch_starting.pop(ref), ref, batch=True)
                 elif ref in self.generating:
                     self._generated(*self.generating.pop(ref), ref, queue)
                 else:
@@ -625,35 +625,6 @@ class _Dispatcher:
         for _ in range(wanted - have):
             self._start_worker()
 
-    def _start_batcher(self) -> None:
-        actor = self.batch_class.remote(self.factory_ref, self.batch_share > 0)
-        if self.demos_ref is not None:  # a replacement, started while shards run
-            actor.set_demos.remote(self.demos_ref)
-        self.batch_starting[actor.describe.remote()] = _Worker(actor)
-
-    def _batcher_started(self, batcher: _Worker, ref) -> None:
-        try:
-            batcher.info = ray.get(ref)
-        except RayActorError as err:
-            if err.actor_init_failed:
-                self._fail(ClusterError(f"a batch actor failed to start: {_raised(err)}"))
-                return
-            self.lost_while_starting += 1
-            if self.lost_while_starting > self.config.max_shard_retries * self.workers:
-                self._fail(
-                    ClusterError(
-                        f"{self.lost_while_starting} workers died while starting; "
-                        f"last: {_death_reason(err)}"
-                    )
-                )
-            else:
-                self.on_warning(
-                    f"a batch actor died while starting ({_death_reason(err)}); starting another"
-                )
-                self._start_batcher()
-            return
-        self.batch_idle.append(batcher)
-
     def _generated(
         self, batcher: _Worker, task: ShardTask, attempts, done, queue: _TaskQueue
     ) -> None:
@@ -673,18 +644,24 @@ class _Dispatcher:
         self.attempts_of[task.index] = attempts
         self.generated.append((task, attempts))
 
-    def _start_worker(self) -> None:
-        actor = self.actor_class.remote(self.factory_ref)
+    def _start_worker(self, batch: bool = False) -> None:
+        """Start a render worker, or (`batch`) a batch stage's actor."""
+        if batch:
+            actor = self.batch_class.remote(self.factory_ref, self.batch_share > 0)
+        else:
+            actor = self.actor_class.remote(self.factory_ref)
         if self.demos_ref is not None:  # a replacement, started while shards run
             actor.set_demos.remote(self.demos_ref)
-        self.starting[actor.describe.remote()] = _Worker(actor)
+        starting = self.batch_starting if batch else self.starting
+        starting[actor.describe.remote()] = _Worker(actor)
 
-    def _started(self, worker: _Worker, ref) -> None:
+    def _started(self, worker: _Worker, ref, batch: bool = False) -> None:
+        what = "batch actor" if batch else "worker"
         try:
             worker.info = ray.get(ref)
         except RayActorError as err:
             if err.actor_init_failed:
-                self._fail(ClusterError(f"a worker failed to start: {_raised(err)}"))
+                self._fail(ClusterError(f"a {what} failed to start: {_raised(err)}"))
                 return
             self.lost_while_starting += (
                 1  # e.g. its node went away; bounded so that a crash loop ends
@@ -698,9 +675,12 @@ class _Dispatcher:
                 )
             else:
                 self.on_warning(
-                    f"a worker died while starting ({_death_reason(err)}); starting another"
+                    f"a {what} died while starting ({_death_reason(err)}); starting another"
                 )
-                self._start_worker()
+                self._start_worker(batch)
+            return
+        if batch:
+            self.batch_idle.append(worker)
             return
         self.idle.append(worker)
         self._report_workers()
@@ -758,10 +738,7 @@ class _Dispatcher:
             queue.appendleft(task)
         who = worker.info.describe("batch actor" if batch else "worker")
         self.on_warning(f"{who} died during {task.name} ({why}); the shard is redone")
-        if batch:
-            self._start_batcher()
-        else:
-            self._start_worker()
+        self._start_worker(batch)
 
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
