@@ -273,11 +273,11 @@ class _BatchActor(_ShardActor):
         self.worker = make_worker()
 
     @ray.method(num_returns=2)
-    def generate(self, task) -> tuple[int, list]:
+    def generate(self, task, out_dir: str) -> tuple[int, list]:
         """(attempts made, the attempts): two objects, so that the driver waits on the small
         one and hands the other, unread, to a render worker (both owned by the driver: they
-        outlive this actor)."""
-        attempts = self.worker.generate(task, self.device)
+        outlive this actor). `out_dir`: the dataset, whose ADR ranges the draws take."""
+        attempts = self.worker.generate(task, self.device, out_dir)
         return len(attempts), attempts
 
 
@@ -587,7 +587,7 @@ class _Dispatcher:
             and not stopping()
         ):
             batcher, task = self.batch_idle.pop(), queue.popleft()
-            done, attempts = batcher.actor.generate.remote(task)
+            done, attempts = batcher.actor.generate.remote(task, self.out_dir)
             self.generating[done] = (batcher, task, attempts)
 
     def _render(self, worker: _Worker, task: ShardTask, attempts=None) -> None:

@@ -1,11 +1,13 @@
 """A shard's attempts as a batch of MuJoCo Warp worlds (generation.backend: mjwarp).
 
     ShardWorker + ShardTask
-      ──► batch_starts: per attempt its seed (attempt_seed, as the CPU path) ─► its placement,
-          the first draw of that seed (generators.mimicgen.attempt_placement) ─► the CPU scene
-          reset to it ─► its MjData, one world's start
-      ──► run_batch: BatchedWorlds(model, starts) + BatchedOSC (the arm's goal and OSC torques
-          of every world in warp kernels) + GripperCommands (each world's gripper ctrl)
+      ──► batch_starts: per attempt its seed (attempt_seed, as the CPU path) ─► its physics
+          draw (ShardWorker.draw_physics) applied to the CPU scene ─► its placement, the first
+          draw of that seed (generators.mimicgen.attempt_placement) ─► the CPU scene reset to
+          it ─► its MjData, the model's values under the draw, the OSC gains: a WorldStart
+      ──► run_batch: BatchedWorlds(model, starts) + the draws' model values per world
+          (BatchedWorlds.set_model_rows) + BatchedOSC (the arm's goal and OSC torques of every
+          world in warp kernels, each world's gains) + GripperCommands (each world's gripper)
           each world's attempt is the CPU generator itself (generators.mimicgen.generate_attempt)
           on a WorldScene: a view of the CPU scene at that world's state
           ─► per control step: every live world's attempt runs, in attempt order, up to its
@@ -24,14 +26,22 @@ batched step) into the CPU scene and asks the CPU scene's own methods (`Scene.ho
 arrays copied from the device in one batch per control step, with CPU MuJoCo's collision
 detection (mj_forward) on that state; not in a warp kernel.
 
-Not batched (refused, naming the fallback generation.backend: cpu): a `physics:` section
-(per-world physics draws would need per-world model fields), generation.rebalance's targeted
-shards, subtask retries (a retry restores a snapshot of one world), transit: plan, two-arm
+A `physics:` section's draws act per world, as `ShardWorker.run_attempt` applies them on the
+CPU path: the model values a draw changes (friction, masses, sizes, joint damping and
+armature, gravity, and what mj_setConst derives from them) become model fields with a row per
+world on the device (MuJoCo Warp reads row w % K of its `*` fields); the OSC gains are a row per
+world in the torque kernel; the action delay is a queue per world (WorldScene.step). The CPU
+scene takes world w's values before it answers world w's queries (WorldPhysics.apply), so
+predicates see the world's own sizes; the scene is nominal again when the batch ends.
+
+Not batched (refused, naming the fallback generation.backend: cpu): generation.rebalance's
+targeted shards, subtask retries (a retry restores a snapshot of one world), transit: plan, two-arm
 and mixed-robot specs, a robot without the factory's OSC loop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -45,6 +55,7 @@ from demofactory.generators.mimicgen import (
     generate_attempt,
 )
 from demofactory.generators.records import Attempt
+from demofactory.simulation.physics import ActionDelay, PhysicsDraw, model_rows, set_model_rows
 
 # `worker` below is a demofactory.build.pipeline.ShardWorker, not imported: pipeline runs
 # these (ShardWorker.run_shard), and the layers test forbids the cycle.
@@ -59,8 +70,6 @@ def unsupported(spec) -> str | None:
         return "two-arm specs"
     if spec.task.robots:
         return "mixed-robot specs (task.robots)"
-    if spec.physics is not None:
-        return "a physics: section (per-world physics draws)"
     if gen.rebalance is not None:
         return "generation.rebalance"
     if gen.subtask_retries:
@@ -70,42 +79,119 @@ def unsupported(spec) -> str | None:
     return None
 
 
-def batch_starts(
-    worker, task: ShardTask, marks: list | None = None
-) -> list[tuple[AttemptPlan, mujoco.MjData]]:
-    """(plan, start MjData) of each attempt of `task`, in its order: the state the CPU path's
-    `generate_attempt` starts the attempt from, made by the same functions from the same seed.
-    `marks`, a list: each attempt's start marks (`Scene.mark_start`: the heights and joint
-    positions `lifted` and `opened` compare with) appended to it."""
-    if worker.physics is not None:
-        raise NotImplementedError("per-world physics draws are not landed for MuJoCo Warp")
+@dataclasses.dataclass
+class WorldStart:
+    """Where one world of a batch starts: as the CPU path's attempt starts, under its draw.
+
+    `draw`: the attempt's physics draw (None: the spec has no physics: section); `rows`: the
+    model's values under it (`physics.model_rows`; None without a physics: section); `gains`:
+    the arm's OSC kp and kd under it; `marks`: the start marks (`Scene.mark_start`: heights
+    and joint positions `lifted` and `opened` compare with); `hand`: the gripper's
+    speed-limited command as the reset left it (robosuite's `current_action`)."""
+
+    plan: AttemptPlan
+    data: mujoco.MjData
+    draw: PhysicsDraw | None
+    rows: dict[str, np.ndarray] | None
+    gains: tuple[np.ndarray, np.ndarray] | None
+    marks: tuple[dict, dict]
+    hand: np.ndarray | None = None
+
+
+def batch_starts(worker, task: ShardTask) -> list[WorldStart]:
+    """Each attempt of `task`'s start, in its order: the state the CPU path's
+    `generate_attempt` starts the attempt from, under the physics draw `ShardWorker.run_attempt`
+    applies, made by the same functions from the same seed. The CPU scene is left nominal."""
     if task.targets:
         raise NotImplementedError("generation.rebalance's targeted shards are not landed")
     scene, spec = worker.scene, worker.spec
+    stepper = scene._fast
     starts = []
-    for attempt_id in task.attempt_ids:
-        plan = AttemptPlan(attempt_id, task.index, attempt_seed(spec.seed, task.index, attempt_id))
-        _, placement = attempt_placement(worker.demos, plan, worker.params)
-        demo = worker.demos[0]
-        scene.reset_to(demo.start_state, placement, fixtures=demo.fixture_poses)
-        if marks is not None:
-            marks.append((dict(scene._start_z), dict(scene._start_q)))
-        data = mujoco.MjData(scene.model)
-        mujoco.mj_copyData(data, scene.model, scene.data)
-        starts.append((plan, data))
+    try:
+        for attempt_id in task.attempt_ids:
+            seed = attempt_seed(spec.seed, task.index, attempt_id)
+            plan = AttemptPlan(attempt_id, task.index, seed)
+            draw = worker.draw_physics(plan.seed)
+            scene.set_physics(draw)  # as run_attempt: the reset below re-applies it
+            _, placement = attempt_placement(worker.demos, plan, worker.params)
+            demo = worker.demos[0]
+            scene.reset_to(demo.start_state, placement, fixtures=demo.fixture_poses)
+            data = mujoco.MjData(scene.model)
+            mujoco.mj_copyData(data, scene.model, scene.data)
+            starts.append(
+                WorldStart(
+                    plan=plan,
+                    data=data,
+                    draw=draw,
+                    rows=None if worker.physics is None else model_rows(scene.model),
+                    gains=None
+                    if stepper is None
+                    else (np.array(stepper.kp, dtype=float), np.array(stepper.kd, dtype=float)),
+                    marks=(dict(scene._start_z), dict(scene._start_q)),
+                    hand=None
+                    if stepper is None
+                    else np.array(stepper.gripper_model.current_action, copy=True),
+                )
+            )
+    finally:
+        scene.set_physics(None)
     return starts
+
+
+class WorldPhysics:
+    """Each world's physics draw where it acts, from `batch_starts`: the model values the
+    draws changed (`rows`, one dict a world; `stacked`, [N, ...] a value, for
+    `BatchedWorlds.set_model_rows`), the OSC gains ([N, 6] kp, kd) and an action delay a world.
+
+    The CPU scene answers every world's queries (`_Batch.load`), so it takes the world's
+    values before loading its state: a bigger cube's contacts, a heavier one's forces are the
+    world's own. `nominal`: the values the scene had before (put back by `restore`)."""
+
+    def __init__(self, scene, starts: list[WorldStart]):
+        nominal = model_rows(scene.model)
+        names = [
+            name
+            for name, values in nominal.items()
+            if any(not np.array_equal(s.rows[name], values) for s in starts)
+        ]
+        self.scene = scene
+        self.nominal = {name: nominal[name] for name in names}
+        self.rows = [{name: s.rows[name] for name in names} for s in starts]
+        self.stacked = {name: np.stack([s.rows[name] for s in starts]) for name in names}
+        self.gains = (
+            np.stack([s.gains[0] for s in starts]),
+            np.stack([s.gains[1] for s in starts]),
+        )
+        self.delays = [ActionDelay(0 if s.draw is None else s.draw.delay) for s in starts]
+        self.cavities: list[dict] = [{} for _ in starts]  # Scene._cavities: sizes differ
+        self.applied: int | None = None
+
+    def apply(self, w: int) -> None:
+        """The CPU scene's model as world `w`'s."""
+        if self.applied != w:
+            set_model_rows(self.scene.model, self.rows[w])
+            self.scene._cavities = self.cavities[w]
+            self.applied = w
+
+    def restore(self) -> None:
+        set_model_rows(self.scene.model, self.nominal)
+        self.scene._cavities = {}
+        self.applied = None
 
 
 class _Batch:
     """The worlds' last states (copied from the device) and which one the CPU scene holds."""
 
-    def __init__(self, scene, states: np.ndarray, marks: list):
-        self.scene, self.states, self.marks = scene, states, marks
+    def __init__(self, scene, states: np.ndarray, starts: list, physics: WorldPhysics | None):
+        self.scene, self.states, self.physics = scene, states, physics
+        self.marks = [s.marks for s in starts]
         self.loaded: int | None = None
         self.closed = np.zeros(len(states), dtype=bool)  # Scene.gripper_closed per world
 
     def load(self, w: int) -> None:
         if self.loaded != w:
+            if self.physics is not None:
+                self.physics.apply(w)
             self.scene.set_state(self.states[w])
             self.scene.gripper_closed = bool(self.closed[w])
             self.scene._start_z, self.scene._start_q = self.marks[w]
@@ -113,6 +199,52 @@ class _Batch:
 
     def refresh(self, states: np.ndarray) -> None:
         self.states, self.loaded = states, None
+
+
+class DeviceBatch:
+    """The device side of a batch, as `run_batch` drives it: the worlds from their starts, each
+    under its start's physics draw (model values, OSC gains, action delay: WorldPhysics),
+    their OSC loop (BatchedOSC) and hands (GripperCommands); `step` is one control step."""
+
+    def __init__(self, worker, starts: list[WorldStart], device: str = "cpu"):
+        from demofactory.simulation import mjwarp
+
+        scene = worker.scene
+        stepper = scene._fast
+        if stepper is None:
+            raise NotImplementedError("the robot does not take the factory's OSC loop")
+        n = len(starts)
+        self.worlds = mjwarp.BatchedWorlds(
+            scene.model, [s.data for s in starts], nworld=n, device=device
+        )
+        self.physics = None if worker.physics is None else WorldPhysics(scene, starts)
+        # the MuJoCo Warp model fields with a row per world (the draws changed them)
+        self.per_world: list[str] = []
+        if self.physics is not None:
+            self.per_world = self.worlds.set_model_rows(self.physics.stacked)
+        self.osc = mjwarp.BatchedOSC(
+            self.worlds,
+            mjwarp.ArmParams.from_stepper(stepper),
+            gains=None if self.physics is None else self.physics.gains,
+        )
+        self.hands = mjwarp.GripperCommands(stepper, n, [s.hand for s in starts])
+        self.last: np.ndarray | None = None  # each world's acting action, the last step
+
+    def step(self, given: dict[int, np.ndarray]) -> np.ndarray:
+        """One control step of every world; `given`: world -> the action its attempt gives now
+        (as to `Scene.step`: under a draw with a delay, the one given `delay` steps before
+        acts). A world given none (finished, masked) repeats its last: it is held where it
+        ended. Returns every world's state after the step, [N, 1 + nq + nv]."""
+        if self.last is None:
+            width = len(next(iter(given.values())))
+            self.last = np.zeros((self.worlds.nworld, width))
+        acting = self.last.copy()
+        for w, action in given.items():
+            action = np.asarray(action, dtype=np.float64)
+            acting[w] = action if self.physics is None else self.physics.delays[w](action)
+        self.osc.control_step(acting, self.hands.ctrl(acting))
+        self.last = acting
+        return self.worlds.states()
 
 
 class WorldScene:
@@ -139,6 +271,8 @@ class WorldScene:
         raise NotImplementedError("subtask retries are not batched")
 
     def step(self, action: np.ndarray) -> None:
+        """As `Scene.step`: the action goes to the batch (DeviceBatch.step delays it as the
+        world's draw says); the gripper counts as closed from the action given."""
         self._turn.step(np.asarray(action, dtype=np.float64))
         sign = self._batch.scene.gripper_sign
         self._batch.closed[self._w] = bool(action[-1] * sign > 0)
@@ -179,24 +313,18 @@ def run_batch(
     device), `host_s` (every world's attempt logic and predicates, on this core), `setup_s`,
     and `control_steps` and `world_steps` (live worlds summed over control steps): what the
     throughput model calls h is host_s / world_steps (docs/cluster.md)."""
-    from demofactory.simulation import mjwarp
-
     started = time.perf_counter()
     why = unsupported(worker.spec)
     if why is not None:
         raise NotImplementedError(f"{why} are not batched yet")
     scene = worker.scene
-    stepper = scene._fast
-    if stepper is None:
+    if scene._fast is None:
         raise NotImplementedError("the robot does not take the factory's OSC loop")
-    scene.set_physics(None)  # as ShardWorker.run_attempt without a physics: section
-    marks: list = []
-    starts = batch_starts(worker, task, marks)
+    starts = batch_starts(worker, task)  # leaves the CPU scene nominal
     n = len(starts)
-    worlds = mjwarp.BatchedWorlds(scene.model, [d for _, d in starts], nworld=n, device=device)
-    osc = mjwarp.BatchedOSC(worlds, mjwarp.ArmParams.from_stepper(stepper))
-    hands = mjwarp.GripperCommands(stepper, n)
-    batch = _Batch(scene, worlds.states(), marks)
+    device_batch = DeviceBatch(worker, starts, device)
+    worlds, physics = device_batch.worlds, device_batch.physics
+    batch = _Batch(scene, worlds.states(), starts, physics)
     turns = [_Turn() for _ in range(n)]
 
     def attempt(w: int, plan: AttemptPlan) -> None:
@@ -212,12 +340,11 @@ def run_batch(
         turn.back.release()
 
     threads = [
-        threading.Thread(target=attempt, args=(w, plan), daemon=True)
-        for w, (plan, _) in enumerate(starts)
+        threading.Thread(target=attempt, args=(w, start.plan), daemon=True)
+        for w, start in enumerate(starts)
     ]
     for thread in threads:
         thread.start()
-    last = np.zeros((n, 7))
     clock = {"device_s": 0.0, "host_s": 0.0, "control_steps": 0, "world_steps": 0}
     clock["setup_s"] = time.perf_counter() - started
     try:
@@ -233,15 +360,9 @@ def run_batch(
             clock["host_s"] += time.perf_counter() - tick
             if done.all():
                 break
-            actions = last.copy()
-            for w, turn in enumerate(turns):
-                if turn.action is not None:
-                    actions[w] = turn.action
-            # a finished world repeats its last action: masked, it is held where it ended
+            given = {w: t.action for w, t in enumerate(turns) if t.action is not None}
             tick = time.perf_counter()
-            osc.control_step(actions, hands.ctrl(actions))
-            last = actions
-            batch.refresh(worlds.states())
+            batch.refresh(device_batch.step(given))
             clock["device_s"] += time.perf_counter() - tick
             clock["control_steps"] += 1
             clock["world_steps"] += int((~done).sum())
@@ -252,4 +373,10 @@ def run_batch(
             if not turn.finished:
                 turn.abort = True
                 turn.go.release()
-    return [turn.result for turn in turns]
+        if physics is not None:
+            physics.restore()
+    results = [turn.result for turn in turns]
+    for attempt, start in zip(results, starts, strict=True):
+        if start.draw is not None:  # as run_attempt: what a re-simulation needs
+            attempt.provenance["physics"] = start.draw.to_json()
+    return results

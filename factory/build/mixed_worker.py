@@ -76,10 +76,10 @@ class MixedShardWorker:
         for worker in self.workers.values():
             worker.prepare(dataset_dir)
 
-    def generate(self, task, device=None):
+    def generate(self, task, device=None, out_dir=None):
         from demofactory.build.pipeline import ShardWorker  # mujoco: only when a worker is built
 
-        return ShardWorker.generate(self, task, device)
+        return ShardWorker.generate(self, task, device, out_dir)
 
     def run_shard(self, task, out_dir, on_attempt=None, attempts=None):
         from demofactory.build.pipeline import ShardWorker  # mujoco: only when a worker is built

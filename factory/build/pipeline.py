@@ -144,11 +144,17 @@ class ShardWorker:
             attempt.provenance["physics"] = draw.to_json()
         return attempt
 
-    def generate(self, task: ShardTask, device: str | None = None) -> list[Attempt]:
+    def generate(
+        self, task: ShardTask, device: str | None = None, out_dir: Path | str | None = None
+    ) -> list[Attempt]:
         """The attempts of `task` in its order, unfiltered and unrendered: what a batch stage's
         actor makes for a worker's `run_shard(..., attempts=)` (demofactory.cluster.runner).
         backend mjwarp: one batch of worlds on warp's `device` (None: CUDA when warp sees it,
-        else its CPU device); cpu: the attempts one after another, as run_shard runs them."""
+        else its CPU device); cpu: the attempts one after another, as run_shard runs them.
+        `out_dir`: the dataset (a folder or a store's URL), whose ADR ranges the physics draws
+        come from, loaded first as run_shard loads them (None: already prepared)."""
+        if out_dir is not None:
+            self.prepare(shard_output(out_dir).local_dir)
         if self.spec.generation.backend == "mjwarp":
             from demofactory.build.batched import run_batch
             from demofactory.simulation.mjwarp import default_device

@@ -150,6 +150,37 @@ class BatchedWorlds:
         self.done = np.zeros(nworld, dtype=bool)
         self._held: dict[str, np.ndarray] | None = None
 
+    def set_model_rows(self, rows: dict[str, np.ndarray]) -> list[str]:
+        """Per-world model values: `rows` maps a name of `physics.model_rows` ("body_mass",
+        "opt.gravity", "stat.meaninertia", ...) to its values in every world, [N, ...].
+        MuJoCo Warp reads a model field of shape [K, ...] at world w from row w % K (its `*`
+        fields: one row, every world alike, as put_model makes them); each field named is
+        replaced by one with a row per world. The names MuJoCo Warp's model has no field for
+        (dof_M0, dof_length, actuator_length0, the statistics but meaninertia: CPU MuJoCo's
+        own, which MuJoCo Warp does not read) are left out; the names used are returned."""
+        used = []
+        with self.warp.ScopedDevice(self.device):
+            for name, values in rows.items():
+                owner, field = self.wmodel, name
+                if "." in name:
+                    head, field = name.split(".", 1)
+                    owner = getattr(self.wmodel, head)
+                old = getattr(owner, field, None)
+                if old is None:
+                    continue
+                values = np.asarray(values)
+                if len(values) != self.nworld:
+                    raise ValueError(f"{name}: {len(values)} rows for {self.nworld} worlds")
+                shape = (self.nworld, *old.shape[1:])  # old: [1, ...] of the dtype's items
+                new = self.warp.array(
+                    values.astype(np.float32).reshape(*shape, *_item_shape(old.dtype)),
+                    dtype=old.dtype,
+                    shape=shape,
+                )
+                setattr(owner, field, new)
+                used.append(name)
+        return used
+
     def check_capacity(self) -> None:
         """RuntimeError when the contacts or constraint rows outgrew what was preallocated:
         MuJoCo Warp then leaves the rest out (it prints, and steps on), and the states would
@@ -208,6 +239,11 @@ class BatchedWorlds:
             now = {n: self._read(n) for n in self._held}
             keep = self.done
             self._write(**{n: np.where(_rows(keep, v), self._held[n], v) for n, v in now.items()})
+
+
+def _item_shape(dtype) -> tuple[int, ...]:
+    """The numpy shape of one item of a warp dtype: () for float, (3,) for vec3, (3, 3)..."""
+    return tuple(getattr(dtype, "_shape_", ()))
 
 
 def _rows(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -277,10 +313,16 @@ class GripperCommands:
     computes it, with one hand state per world. On the host: it depends on the actions alone,
     and robosuite's gripper classes differ in how they format."""
 
-    def __init__(self, stepper, nworld: int):
+    def __init__(self, stepper, nworld: int, hands: list | None = None):
+        """`hands`: each world's hand state to start from (robosuite's `current_action` as
+        its attempt's reset left it); None: the stepper's hand now, in every world."""
         self.stepper = stepper
-        now = np.array(stepper.gripper_model.current_action, copy=True)
-        self.hands = [now.copy() for _ in range(nworld)]
+        if hands is None:
+            now = np.array(stepper.gripper_model.current_action, copy=True)
+            hands = [now] * nworld
+        if len(hands) != nworld:
+            raise ValueError(f"{len(hands)} hand states for {nworld} worlds")
+        self.hands = [np.array(h, copy=True) for h in hands]
 
     def ctrl(self, actions: np.ndarray) -> np.ndarray:
         """[N, ng] the gripper's ctrl, clipped to its range, for actions [N, 7]."""
@@ -313,7 +355,14 @@ class BatchedOSC:
     actions [N, 7], the gripper's ctrl [N, ng] and the mask [N]. The finished worlds
     (`worlds.mask`) get no new torques and are held where they finished."""
 
-    def __init__(self, worlds: BatchedWorlds, arm: ArmParams):
+    def __init__(
+        self,
+        worlds: BatchedWorlds,
+        arm: ArmParams,
+        gains: tuple[np.ndarray, np.ndarray] | None = None,
+    ):
+        """`gains`: (kp, kd), each [N, 6], every world's own (a physics draw scales them per
+        attempt); None: the arm's for every world."""
         from demofactory.simulation import mjwarp_kernels
 
         if worlds.wmodel.is_sparse:
@@ -328,11 +377,14 @@ class BatchedOSC:
             def floats(values):
                 return wp.array(np.asarray(values, dtype=np.float32), dtype=float)
 
+            kp, kd = (arm.kp[None], arm.kd[None]) if gains is None else gains
+            if np.shape(kp) != (nworld, len(arm.kp)) and gains is not None:
+                raise ValueError(f"gains of shape {np.shape(kp)} for {nworld} worlds")
             self._const = (
                 ints(arm.qvel_index),
                 ints(arm.qpos_index),
-                floats(arm.kp),
-                floats(arm.kd),
+                floats(kp),
+                floats(kd),
                 floats(arm.initial_joint),
                 ints(arm.arm_act),
                 floats(arm.arm_low),

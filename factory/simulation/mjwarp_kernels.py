@@ -70,8 +70,8 @@ def osc_torques(
     goal_ori: wp.array(dtype=wp.mat33),
     vel_idx: wp.array(dtype=int),
     pos_idx: wp.array(dtype=int),
-    kp: wp.array(dtype=float),
-    kd: wp.array(dtype=float),
+    kp: wp.array2d(dtype=float),
+    kd: wp.array2d(dtype=float),
     initial_joint: wp.array(dtype=float),
     act_idx: wp.array(dtype=int),
     low: wp.array(dtype=float),
@@ -85,13 +85,16 @@ def osc_torques(
     v6: wp.array3d(dtype=float),
     ctrl: wp.array2d(dtype=float),
 ):  # pragma: no cover - compiled
-    """OSC_POSE torques of world w, clipped to the arm's ctrlrange, into ctrl[w].
+    """OSC_POSE torques of world w, clipped to the arm's ctrlrange, into ctrl[w]. The gains
+    kp, kd [K, 6]: world w's in row w % K (K = 1: every world's alike; K = N: a physics draw's
+    gains per world).
 
     vn rows: 0 a column of M^-1 J^T, 1 the posture goal, 2 M times it, 3 M^-1 of that;
     v6 rows: 0 the wrench, 1 one 3-vector of it, 2 L J M^-1 posture."""
     w = wp.tid()
     if active[w] == 0:
         return
+    g = w % kp.shape[0]
     n = vel_idx.shape[0]
     nv = qvel.shape[1]
     for a in range(n):
@@ -129,8 +132,8 @@ def osc_torques(
         err = float(0.0)  # noqa: UP018 - warp: a literal cannot change in a loop
         for c in range(3):
             err = err + 0.5 * (ref_ori[k, c] * want_ori[m2, c] - ref_ori[m2, c] * want_ori[k, c])
-        v6[w, 0, r] = (want_pos[r] - ref_pos[r]) * kp[r] - vel_p * kd[r]
-        v6[w, 0, 3 + r] = err * kp[3 + r] - vel_r * kd[3 + r]
+        v6[w, 0, r] = (want_pos[r] - ref_pos[r]) * kp[g, r] - vel_p * kd[g, r]
+        v6[w, 0, 3 + r] = err * kp[g, 3 + r] - vel_r * kd[g, 3 + r]
     for half in range(2):  # uncoupled: each 3-vector through its own block of J M^-1 J^T
         o = 3 * half
         for r in range(3):

@@ -54,6 +54,23 @@ DERIVED_FIELDS = (
     "light_dir0",
 )
 STAT_FIELDS = ("meaninertia", "meanmass", "meansize", "extent", "center")
+# The fields `ModelPhysics.apply` scales. With DERIVED_FIELDS, STAT_FIELDS and the gravity: every
+# value of the model a draw changes (`model_rows`), what a batch of worlds, each under its own
+# draw, keeps per world (demofactory.build.batched).
+DRAWN_FIELDS = (
+    "geom_friction",
+    "body_mass",
+    "body_inertia",
+    "geom_size",
+    "geom_pos",
+    "geom_rbound",
+    "geom_aabb",
+    "body_pos",
+    "body_ipos",
+    "site_pos",
+    "dof_damping",
+    "dof_armature",
+)
 PRIMITIVE_GEOMS = {
     mujoco.mjtGeom.mjGEOM_SPHERE,
     mujoco.mjtGeom.mjGEOM_CAPSULE,
@@ -370,6 +387,51 @@ def _copy(value):
     return value.copy() if isinstance(value, np.ndarray) else value
 
 
+def model_rows(model: mujoco.MjModel) -> dict[str, np.ndarray]:
+    """A copy of every model value a draw may change, by name: the model's fields
+    (DRAWN_FIELDS, DERIVED_FIELDS), "opt.gravity" and "stat.<name>" (STAT_FIELDS)."""
+    rows = {name: getattr(model, name).copy() for name in DRAWN_FIELDS + DERIVED_FIELDS}
+    rows["opt.gravity"] = model.opt.gravity.copy()
+    for name in STAT_FIELDS:
+        rows[f"stat.{name}"] = np.array(getattr(model.stat, name), dtype=np.float64)
+    return rows
+
+
+def set_model_rows(model: mujoco.MjModel, rows: Mapping[str, np.ndarray]) -> None:
+    """Write back values `model_rows` took (all of them or some): the model as it was then."""
+    for name, values in rows.items():
+        if name.startswith("stat."):
+            stat, field = model.stat, name[len("stat.") :]
+            if isinstance(getattr(stat, field), np.ndarray):
+                getattr(stat, field)[:] = values
+            else:
+                setattr(stat, field, float(values))
+        elif name == "opt.gravity":
+            model.opt.gravity[:] = values
+        else:
+            getattr(model, name)[:] = values
+
+
+class ActionDelay:
+    """A draw's action delay: each action acts `delay` control steps after it is given, a hold
+    (zeros: no motion, the gripper as it is) acting meanwhile. The scene's own (ScenePhysics),
+    and one per world of a batch (demofactory.build.batched)."""
+
+    def __init__(self, delay: int = 0):
+        self.delay = delay
+        self.pending: deque[np.ndarray] = deque(np.zeros(0) for _ in range(delay))
+
+    def __call__(self, action: np.ndarray) -> np.ndarray:
+        """The action to execute now: `action` itself, or the one from `delay` steps ago."""
+        if self.delay == 0:
+            return action
+        while len(self.pending) < self.delay:  # a queue restored from before the draw
+            self.pending.appendleft(np.zeros(0))
+        self.pending.append(np.array(action, copy=True))
+        out = self.pending.popleft()
+        return out if out.size else np.zeros_like(action)
+
+
 # --- the controller's part: gains and delay ---------------------------------------------------
 class ScenePhysics:
     """A scene's whole physics draw: the model's fields, the OSC gains and the action delay.
@@ -384,7 +446,7 @@ class ScenePhysics:
         self._controllers = controllers
         self.draw: PhysicsDraw | None = None
         self._gains: list[tuple[object, np.ndarray, np.ndarray]] = []
-        self.pending: deque[np.ndarray] = deque()
+        self.delay = ActionDelay()
         self._applied = False
 
     def apply(self) -> None:
@@ -404,7 +466,7 @@ class ScenePhysics:
                 # kd = 2 sqrt(kp) * damping ratio (robosuite): both scales act on it
                 holder.kp = kp * draw.kp
                 holder.kd = kd * (math.sqrt(draw.kp) * draw.damping_ratio)
-        self.pending = deque(np.zeros(0) for _ in range(draw.delay))
+        self.delay = ActionDelay(draw.delay)
         self._applied = True
 
     def restore(self) -> None:
@@ -415,22 +477,17 @@ class ScenePhysics:
         for holder, kp, kd in reversed(self._gains):
             holder.kp, holder.kd = kp, kd
         self._gains.clear()
-        self.pending.clear()
+        self.delay.pending.clear()
         self._applied = False
 
     def delayed(self, action: np.ndarray) -> np.ndarray:
         """The action to execute now: `action` itself, or the one from `delay` steps ago (a
         hold, zeros, for the first steps: no motion, the gripper as it is)."""
-        if self.draw is None or self.draw.delay == 0:
-            return action
-        while len(self.pending) < self.draw.delay:  # a queue restored from before the draw
-            self.pending.appendleft(np.zeros(0))
-        self.pending.append(np.array(action, copy=True))
-        out = self.pending.popleft()
-        return out if out.size else np.zeros_like(action)
+        self.delay.delay = 0 if self.draw is None else self.draw.delay
+        return self.delay(action)
 
     def queue(self) -> tuple[np.ndarray, ...]:
-        return tuple(a.copy() for a in self.pending)
+        return tuple(a.copy() for a in self.delay.pending)
 
     def set_queue(self, actions: Iterable[np.ndarray]) -> None:
-        self.pending = deque(a.copy() for a in actions)
+        self.delay.pending = deque(a.copy() for a in actions)

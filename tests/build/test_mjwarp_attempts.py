@@ -107,3 +107,44 @@ def test_factory_run_with_mjwarp_writes_a_dataset_inspect_reads(tmp_path):
     )
     assert inspect.returncode == 0, inspect.stderr[-3000:]
     assert "2" in inspect.stdout  # the attempts it reports
+
+
+def test_a_batch_under_physics_draws_records_each_attempt_as_the_cpu_path(resolved):
+    """stack_physics: each world under its own attempt's draw (per-world model fields, gains,
+    delay). Attempt 0 (no delay) succeeds on the CPU path, attempt 1 (3 steps of delay) fails
+    there; whatever the batch's outcomes, each records the draw the CPU path records, starts
+    where the CPU attempt starts, and a success holds under its own draw; the CPU scene is
+    nominal after the batch."""
+    from demofactory.build.batched import run_batch
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.simulation.physics import model_rows, recorded_physics
+    from demofactory.specs.spec import load_spec
+
+    spec = load_spec(SPECS / "stack_physics.yaml")
+    worker = ShardWorker(spec, resolved.demos, resolved.scene)
+    scene = worker.scene
+    scene.set_physics(None)
+    before = model_rows(scene.model)
+    task = ShardTask(0, (0, 1))
+    batch = run_batch(worker, task, device="cpu")
+    after = model_rows(scene.model)
+    for name, values in before.items():
+        np.testing.assert_array_equal(after[name], values, err_msg=name)
+    cpu = [worker.run_attempt(task, a) for a in task.attempt_ids]
+    assert [a.success for a in cpu] == [True, False]  # the pair this test was chosen for
+    for ours, theirs in zip(batch, cpu, strict=True):
+        assert ours.provenance["physics"] == theirs.provenance["physics"]
+        assert ours.provenance["placement"] == theirs.provenance["placement"]
+        np.testing.assert_allclose(ours.states[0], theirs.states[0], rtol=0, atol=1e-6)
+        assert np.isfinite(ours.states).all()
+    assert batch[0].provenance["physics"] != batch[1].provenance["physics"]
+    print("outcomes, batched:", [(a.success, a.length) for a in batch])
+    print("outcomes, CPU:", [(a.success, a.length) for a in cpu])
+    for ours in batch:
+        if ours.success:  # loaded under its own draw, the last state holds the task's success
+            scene.set_physics(recorded_physics(ours.provenance))
+            scene.set_state(ours.states[-1])
+            assert scene.success()
+    scene.set_physics(None)
+    assert any(a.success for a in batch), [a.reason for a in batch]

@@ -105,11 +105,11 @@ class _Faulty:
             marker.touch()
             os._exit(1)  # a real death: no exception, no clean-up
 
-    def generate(self, task, device=None):
+    def generate(self, task, device=None, out_dir=None):
         with open(self.fault.log, "a") as f:
             f.write(f"{task.index}\n")
         self._maybe_die("generate", task)
-        return self.worker.generate(task, device)
+        return self.worker.generate(task, device, out_dir)
 
     def run_shard(self, task, out_dir, on_attempt=None, attempts=None):
         assert attempts is not None, "a batch stage's render worker generated a shard itself"

@@ -126,3 +126,28 @@ def test_a_run_records_the_schedule_and_generates_within_it(tmp_path, ray_cluste
     plot = main(["inspect", str(out), "--plot", str(tmp_path / "adr.png")])
     assert plot == 0, capsys.readouterr().err
     assert Image.open(tmp_path / "adr.png").size == (480, 240)
+
+
+@pytest.mark.sim
+def test_a_batch_stage_draws_from_the_datasets_adr_ranges(tmp_path):
+    """A batch stage's actor generates a shard without run_shard (ShardWorker.generate): given
+    the dataset, it takes the ranges ADR settled on there, as run_shard does, before drawing."""
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.robots import repairs
+    from demofactory.seeds.resolve import resolve_spec
+
+    repairs.install()
+    spec = load_spec(_spec_file(tmp_path, {"probe_attempts": 1}))
+    resolved = resolve_spec(spec)
+    settled = {"mass": {"cube": [1.9, 2.0]}, "delay": [1, 1]}  # inside the spec's, narrower
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "generation.json").write_text(json.dumps({"shards": {}, "adr": {"physics": settled}}))
+    worker = ShardWorker(spec, resolved.demos, resolved.scene)
+    assert worker.physics.mass["cube"] == (0.8, 2.0)
+    attempts = worker.generate(ShardTask(0, (0, 1)), out_dir=str(out))
+    assert worker.physics.mass["cube"] == (1.9, 2.0)
+    for attempt in attempts:
+        drawn = attempt.provenance["physics"]
+        assert 1.9 <= drawn["mass"]["cube"] <= 2.0 and drawn["delay"] == 1, drawn
