@@ -448,9 +448,31 @@ class _Dispatcher:
         if missing:  # e.g. how to reach an object store, as the driver does (an actor with a
             # runtime_env starts through Ray's runtime-env agent, ≈ 1-2 s more: only when needed)
             options["runtime_env"] = {"env_vars": missing}
-        self.gpu_deadline: float | None = (
-            None  # give up if no worker has started by then (no GPU joined)
-        )
+        # give up if no render worker (or, with a batch stage, no batch actor) has started by
+        # then: the GPU or CPU they wait for never joined; wait_error: the one line said then
+        self.start_deadline: float | None = None
+        self.wait_error = ""
+        cpus_left = cluster.get("CPU", 0) - self.batchers
+        if self.batchers and cpus_left < 1:
+            # A cluster this process started has a CPU more per batch actor (connect_or_start):
+            # a remote one whose CPUs the batch actors take could not render until nodes join.
+            wait_s = gpu_wait_s()
+            self.start_deadline = time.monotonic() + wait_s
+            cpus = cluster.get("CPU", 0)
+            taken = (
+                f"the cluster has {cpus:g} CPU{'s' if cpus != 1 else ''} and the batch stage's "
+                f"actors take {self.batchers} (generation.batch_workers, a CPU each)"
+            )
+            fixes = "add nodes" + (", lower generation.batch_workers" if self.batchers > 1 else "")
+            self.wait_error = (
+                f"no render worker and batch actor could both start within {wait_s:.0f} s: "
+                f"{taken}, none left to render, and no node joined; {fixes}, or wait longer "
+                f"with ${GPU_WAIT_ENV}"
+            )
+            self.early_warnings.append(
+                f"{taken}, none left to render: the run waits for nodes to join; "
+                f"giving up after {wait_s:.0f} s (${GPU_WAIT_ENV})"
+            )
         if config.gpus_per_worker > 0:
             options["num_gpus"] = config.gpus_per_worker
             left = cluster.get("GPU", 0) - self.batchers * self.batch_share
@@ -471,7 +493,13 @@ class _Dispatcher:
                         "set it to 0 (CPU rendering) or join a GPU cluster with --address"
                     )
                 wait_s = gpu_wait_s()
-                self.gpu_deadline = time.monotonic() + wait_s
+                self.start_deadline = time.monotonic() + wait_s
+                self.wait_error = (
+                    f"no worker could start within {wait_s:.0f} s: "
+                    f"each asks for {config.gpus_per_worker} GPU "
+                    "(render.gpus_per_worker) and no GPU node joined the cluster; "
+                    f"add GPU nodes, set it to 0, or wait longer with ${GPU_WAIT_ENV}"
+                )
                 self.early_warnings.append(
                     f"{config.gpus_per_worker} GPU per worker asked, "
                     "and the cluster has no GPU (yet): the workers start once GPU nodes join; "
@@ -544,7 +572,7 @@ class _Dispatcher:
             if not refs:
                 break
             ready, rest = ray.wait(refs, num_returns=1, timeout=_POLL_S)
-            self._check_gpu_deadline()
+            self._check_start_deadline()
             # Asked every poll, whether a worker is free or not: the driver's periodic work
             # (deferred commits, a store's sync) rides on should_stop.
             if not stopping() and queue:
@@ -594,17 +622,18 @@ class _Dispatcher:
         args = (task, self.out_dir, self.progress) + (() if attempts is None else (attempts,))
         self.running[worker.actor.run_shard.remote(*args)] = (worker, task)
 
-    def _check_gpu_deadline(self) -> None:
-        if self.gpu_deadline is None or self.idle or self.running:
-            self.gpu_deadline = None  # a worker started: GPUs are there
+    def _check_start_deadline(self) -> None:
+        """ClusterError once the deadline passed with no render worker (or, with a batch
+        stage, no batch actor) started: the room they wait for (a GPU, a CPU) never joined."""
+        if self.start_deadline is None:
             return
-        if time.monotonic() > self.gpu_deadline:
-            raise ClusterError(
-                f"no worker could start within {gpu_wait_s():.0f} s: "
-                f"each asks for {self.config.gpus_per_worker} GPU "
-                "(render.gpus_per_worker) and no GPU node joined the cluster; "
-                f"add GPU nodes, set it to 0, or wait longer with ${GPU_WAIT_ENV}"
-            )
+        rendering = bool(self.idle or self.running)
+        generating = not self.batchers or bool(self.batch_idle or self.generating)
+        if rendering and generating:
+            self.start_deadline = None  # both kinds started: the room is there
+            return
+        if time.monotonic() > self.start_deadline:
+            raise ClusterError(self.wait_error)
 
     def _capacity(self, resources: dict) -> int:
         """Workers the cluster's resources hold: one a CPU (and `gpus_per_worker` GPU each),

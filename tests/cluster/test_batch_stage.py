@@ -216,3 +216,54 @@ def test_gpu_shares_that_leave_no_room_to_render_are_refused_in_one_line(tmp_pat
         "cluster's 1 GPUs, less than one render worker's render.gpus_per_worker 0.5; "
         "lower one of them"
     )
+
+
+def test_a_cluster_whose_cpus_the_batch_stage_takes_gives_up_in_one_line(tmp_path):
+    """A cluster of one CPU this run did not start (it cannot add one, as it does to its own):
+    the batch actor and the render worker each need a CPU, so whichever starts first, the
+    other waits for a node to join. The run warns, waits $DEMOFACTORY_GPU_WAIT_S, then stops
+    with one line instead of hanging. Its own process: a cluster of one CPU."""
+    script = textwrap.dedent(
+        """
+        import os, time, ray
+        os.environ["DEMOFACTORY_GPU_WAIT_S"] = "3"
+        from demofactory.build.records import ShardTask
+        from demofactory.cluster.errors import ClusterError
+        from demofactory.cluster.runner import ClusterConfig, ShardCluster
+
+        class Slow:  # a batch actor's worker whose shard takes a minute
+            demos = None
+
+            def generate(self, task, device=None, out_dir=None):
+                time.sleep(60)
+                return []
+
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        warnings, started = [], time.monotonic()
+        try:
+            config = ClusterConfig(workers=1, batch_gpus=1.0, batch_workers=1)
+            with ShardCluster(Slow, ".", config, max_workers=1) as cluster:
+                cluster.run([], [ShardTask(0, (0,))], print, on_warning=warnings.append)
+        except ClusterError as err:
+            print("error:", err)
+        print("took", round(time.monotonic() - started))
+        for line in warnings:
+            print("warning:", line)
+        ray.shutdown()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    error = next(line for line in lines if line.startswith("error:"))
+    assert error == (
+        "error: no render worker and batch actor could both start within 3 s: the cluster has "
+        "1 CPU and the batch stage's actors take 1 (generation.batch_workers, a CPU each), none "
+        "left to render, and no node joined; add nodes, or wait longer with "
+        "$DEMOFACTORY_GPU_WAIT_S"
+    )
+    took = int(next(line for line in lines if line.startswith("took")).split()[1])
+    assert took < 60  # gave up at the deadline, not after the shard (or never)
+    assert any("none left to render: the run waits" in line for line in lines), lines
