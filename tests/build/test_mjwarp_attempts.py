@@ -46,6 +46,8 @@ def test_a_batch_of_stack_attempts_records_successes_as_the_cpu_path(resolved):
     batch = run_batch(worker, task, device="cpu")
     cpu = [worker.run_attempt(task, a) for a in task.attempt_ids]
     assert [a.attempt_id for a in batch] == [0, 1]
+    # not vacuous: a success was loaded and checked above (float32 contacts may turn an
+    # outcome on another machine; this pair ended the same both ways here)
     assert any(a.success for a in batch), [a.reason for a in batch]
     scene = resolved.scene
     for ours, theirs in zip(batch, cpu, strict=True):
@@ -111,10 +113,10 @@ def test_factory_run_with_mjwarp_writes_a_dataset_inspect_reads(tmp_path):
 
 def test_a_batch_under_physics_draws_records_each_attempt_as_the_cpu_path(resolved):
     """stack_physics: each world under its own attempt's draw (per-world model fields, gains,
-    delay). Attempt 0 (no delay) succeeds on the CPU path, attempt 1 (3 steps of delay) fails
-    there; whatever the batch's outcomes, each records the draw the CPU path records, starts
-    where the CPU attempt starts, and a success holds under its own draw; the CPU scene is
-    nominal after the batch."""
+    delay). Attempts 2 and 4 of shard 0: 2 succeeds and 4 fails, both ways (in
+    bench_batched.py's 40-attempt run, where 34 of 40 ended the same both ways). Each records
+    the draw the CPU path records and starts where the CPU attempt starts; the success holds
+    under its own draw; the CPU scene is nominal after the batch."""
     from demofactory.build.batched import run_batch
     from demofactory.build.pipeline import ShardWorker
     from demofactory.build.records import ShardTask
@@ -126,7 +128,7 @@ def test_a_batch_under_physics_draws_records_each_attempt_as_the_cpu_path(resolv
     scene = worker.scene
     scene.set_physics(None)
     before = model_rows(scene.model)
-    task = ShardTask(0, (0, 1))
+    task = ShardTask(0, (2, 4))
     batch = run_batch(worker, task, device="cpu")
     after = model_rows(scene.model)
     for name, values in before.items():
@@ -147,4 +149,6 @@ def test_a_batch_under_physics_draws_records_each_attempt_as_the_cpu_path(resolv
             scene.set_state(ours.states[-1])
             assert scene.success()
     scene.set_physics(None)
+    # not vacuous: a success was loaded and checked above (float32 contacts may turn an
+    # outcome on another machine; this pair ended the same both ways here)
     assert any(a.success for a in batch), [a.reason for a in batch]
