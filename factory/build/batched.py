@@ -30,7 +30,7 @@ A `physics:` section's draws act per world, as `ShardWorker.run_attempt` applies
 CPU path: the model values a draw changes (friction, masses, sizes, joint damping and
 armature, gravity, and what mj_setConst derives from them) become model fields with a row per
 world on the device (MuJoCo Warp reads row w % K of its `*` fields); the OSC gains are a row per
-world in the torque kernel; the action delay is a queue per world (WorldScene.step). The CPU
+world in the torque kernel; the action delay is a queue per world (DeviceBatch.step). The CPU
 scene takes world w's values before it answers world w's queries (WorldPhysics.apply), so
 predicates see the world's own sizes; the scene is nominal again when the batch ends.
 

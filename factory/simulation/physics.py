@@ -486,6 +486,11 @@ class ScenePhysics:
         self.delay.delay = 0 if self.draw is None else self.draw.delay
         return self.delay(action)
 
+    @property
+    def pending(self) -> deque[np.ndarray]:
+        """The actions the delay holds back now (hold actions are empty arrays)."""
+        return self.delay.pending
+
     def queue(self) -> tuple[np.ndarray, ...]:
         return tuple(a.copy() for a in self.delay.pending)
 
