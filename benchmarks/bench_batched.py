@@ -24,6 +24,14 @@ and seeds both ways in one run (demofactory.build.batched.run_batch; needs robos
     .venv/bin/python benchmarks/bench_batched.py --spec scene_specs/stack.yaml \
         --success 16 --per-batch 8 --device cpu [--jobs 2 --log shards.jsonl]
 
+The batch actor's host work a world and control step (the throughput model's h, and rho =
+h / c against the CPU path's control step c), one batch run twice in one process: the attempts'
+queries answered from the frames MuJoCo Warp computes, and through the CPU scene (the
+reference: each world's state loaded with an mj_forward, the path before those frames):
+
+    .venv/bin/python benchmarks/bench_batched.py --spec scene_specs/stack.yaml \
+        --host-share 8 --device cpu
+
 Prints JSON.
 """
 
@@ -246,6 +254,10 @@ def _shard_outcomes(spec_path: Path, shards: list, device: str, log: str | None)
             "steps": [
                 [len(a.actions), len(b.actions)] for a, b in zip(batch, reference, strict=True)
             ],
+            # subtask retries taken (generation.subtask_retries), batched and CPU
+            "retries": [
+                [sum(a.retries), sum(b.retries)] for a, b in zip(batch, reference, strict=True)
+            ],
             "batched_s": round(took, 1),
             "cpu_s": round(took_cpu, 1),
             "timing": timing,
@@ -303,6 +315,10 @@ def success_rates(
         "success_rate": {k: round(v, 4) for k, v in rate.items()},
         "points_apart": round(100 * (rate["batched"] - rate["cpu"]), 1),
         "same_outcome": int(sum(a == b for a, b in zip(ours, cpu, strict=True))),
+        "retries": {
+            "batched": sum(b for r in rows for b, _ in r["retries"]),
+            "cpu": sum(c for r in rows for _, c in r["retries"]),
+        },
         "mean_steps": {
             "batched": round(float(np.mean([x for x, _ in lengths])), 1),
             "cpu": round(float(np.mean([y for _, y in lengths])), 1),
@@ -318,6 +334,75 @@ def success_rates(
         "host_per_world_step_ms": round(1e3 * h, 4),
         "cpu_path_per_control_step_ms": round(1e3 * step, 4),
         "rho": round(h / step, 4),
+    }
+
+
+# What an attempt asks a WorldScene every control step: answered from the frames MuJoCo Warp
+# computes (mjwarp.WorldFrames); without these methods, WorldScene's __getattr__ answers them
+# from the CPU scene with the world's state loaded (an mj_forward), as before the frames.
+DEVICE_QUERIES = ("eef_pose", "object_pose", "proprio", "holds", "success")
+
+
+def host_share(spec_path: Path, attempts: int, device: str) -> dict:
+    """The batch actor's host work per world and control step (h), one batch of `attempts`
+    worlds run twice, the same seeds: its queries answered from the device's frames (today's
+    path) and, the reference, every query loading the world's state into the CPU scene; and
+    the CPU path's own control step (c) over the same attempts, for rho = h / c."""
+    from demofactory.build import batched
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.robots import repairs
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
+
+    repairs.install()
+    resolved = resolve_spec(load_spec(spec_path))
+    worker = ShardWorker(resolved.spec, resolved.demos, resolved.scene)
+    task = ShardTask(0, tuple(range(attempts)))
+
+    def run(host_queries: bool) -> tuple[list, dict]:
+        saved = {}
+        if host_queries:
+            for name in DEVICE_QUERIES:
+                saved[name] = batched.WorldScene.__dict__[name]
+                delattr(batched.WorldScene, name)
+        timing: dict = {}
+        try:
+            return batched.run_batch(worker, task, device=device, timing=timing), timing
+        finally:
+            for name, method in saved.items():
+                setattr(batched.WorldScene, name, method)
+
+    ours, timing = run(host_queries=False)
+    theirs, reference = run(host_queries=True)
+    start = time.perf_counter()
+    cpu = [worker.run_attempt(task, a) for a in task.attempt_ids]
+    c = (time.perf_counter() - start) / sum(len(a.actions) for a in cpu)
+
+    def h(t: dict) -> float:
+        return t["host_s"] / max(t["world_steps"], 1)
+
+    return {
+        "spec": str(spec_path),
+        "device": device,
+        "worlds": attempts,
+        "world_steps": [timing["world_steps"], reference["world_steps"]],
+        "host_per_world_step_ms": {
+            "device_frames": round(1e3 * h(timing), 4),
+            "host_queries": round(1e3 * h(reference), 4),
+        },
+        "ratio": round(h(timing) / h(reference), 3),
+        "cpu_path_per_control_step_ms": round(1e3 * c, 4),
+        "rho": {
+            "device_frames": round(h(timing) / c, 4),
+            "host_queries": round(h(reference) / c, 4),
+        },
+        "successes": {
+            "device_frames": sum(a.success for a in ours),
+            "host_queries": sum(a.success for a in theirs),
+            "cpu": sum(a.success for a in cpu),
+        },
+        "same_outcome": sum(a.success == b.success for a, b in zip(ours, theirs, strict=True)),
     }
 
 
@@ -348,6 +433,13 @@ def main() -> None:
     parser.add_argument(
         "--log", help="with --success: append each shard's outcomes to this file (JSON lines)"
     )
+    parser.add_argument(
+        "--host-share",
+        type=int,
+        metavar="WORLDS",
+        help="with --spec: the batch actor's host work a world and control step, one batch of "
+        "WORLDS attempts, its queries from the device's frames vs through the CPU scene",
+    )
     parser.add_argument("--plot", type=Path, help="with --trace: draw the sweep to this PNG")
     parser.add_argument("--plot-from", type=Path, help="draw --plot from a saved sweep JSON")
     args = parser.parse_args()
@@ -355,6 +447,11 @@ def main() -> None:
         if args.plot is None:
             parser.error("--plot-from needs --plot")
         plot_sweep(json.loads(args.plot_from.read_text()), args.plot)
+        return
+    if args.host_share is not None:
+        if args.spec is None:
+            parser.error("--host-share needs --spec")
+        print(json.dumps(host_share(args.spec, args.host_share, args.device)))
         return
     if args.success is not None:
         if args.spec is None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 HAND = "hand"  # the robot's gripper, as an argument of `touching`
@@ -95,6 +95,17 @@ class Predicate:
                 yield from arg.leaves()
         else:
             yield self
+
+    def evaluate(self, leaf: Callable[[Predicate], bool]) -> bool:
+        """Whether this predicate holds, `leaf` deciding each simple predicate inside it (a
+        composition's operands in order, stopping as Python's all/any do)."""
+        if self.name == "all":
+            return all(arg.evaluate(leaf) for arg in self.args)
+        if self.name == "any":
+            return any(arg.evaluate(leaf) for arg in self.args)
+        if self.name == "not":
+            return not self.args[0].evaluate(leaf)
+        return leaf(self)
 
     def all_objects(self) -> set[str]:
         """Every spec object name this predicate refers to, compositions included (not HAND:

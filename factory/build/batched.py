@@ -12,19 +12,25 @@
           on a WorldScene: a view of the CPU scene at that world's state
           ─► per control step: every live world's attempt runs, in attempt order, up to its
              next action (source choice, retargeted targets, noise from its own seed: the CPU
-             generator's own code) ─► one batched control step of all worlds ─► every world's
-             state copied from the device in one transfer ─► the finished worlds masked
+             generator's own code) ─► one batched control step of all worlds ─► MuJoCo Warp's
+             kinematics of every world's new state, the frames the attempts ask for (the grip
+             site, the objects' bodies) gathered on the device ─► every world's state and
+             frames copied from the device in one transfer each ─► the finished worlds masked
 
 The CPU generator's rollout is sequential code that asks the scene between actions (the hand's
 pose, an object's pose at a subtask boundary, a predicate); rewriting it batched would be a
 second generator to keep equal to the first. Instead each world's attempt runs in its own
 thread, and exactly one thread runs at a time (a hand-off, not parallelism): the coordinator
 resumes a world, the world runs until it asks to step (WorldScene.step) or its attempt ends.
-Every query a world makes loads that world's state (copied from the device after the last
-batched step) into the CPU scene and asks the CPU scene's own methods (`Scene.holds`,
-`Scene.success`, `Scene.object_pose`): the predicates are evaluated on the host, on the
-arrays copied from the device in one batch per control step, with CPU MuJoCo's collision
-detection (mj_forward) on that state; not in a warp kernel.
+
+What a world asks every control step is answered from its frames as the device computed them
+(WorldScene.eef_pose, object_pose, proprio), and so are the kinematic predicates (lifted, near,
+opened, joint: `Scene.kinematic_holds` on the world's frames and joint positions), compositions
+included. The predicates that need contacts or surface distances (grasped, contact, touching,
+on_top, inside, on_peg, robosuite's own success checks) load the world's state into the CPU
+scene and ask its own methods: CPU MuJoCo's collision detection (mj_forward) and
+mj_geomDistance, on the host. They are asked at a subtask's end and over the task's last
+`success_hold_steps`, not every step.
 
 A `physics:` section's draws act per world, as `ShardWorker.run_attempt` applies them on the
 CPU path: the model values a draw changes (friction, masses, sizes, joint damping and
@@ -34,9 +40,14 @@ world in the torque kernel; the action delay is a queue per world (DeviceBatch.s
 scene takes world w's values before it answers world w's queries (WorldPhysics.apply), so
 predicates see the world's own sizes; the scene is nominal again when the batch ends.
 
+Subtask retries (generation.subtask_retries) restore one world to its snapshot: its state,
+solver warm start and ctrl written to the device, its hand and delay queue on the host
+(DeviceBatch.snapshot/restore); the other worlds step on. The device is touched only from the
+coordinator's thread: a world asks it for the snapshot and the restore (_Turn.ask).
+
 Not batched (refused, naming the fallback generation.backend: cpu): generation.rebalance's
-targeted shards, subtask retries (a retry restores a snapshot of one world), transit: plan, two-arm
-and mixed-robot specs, a robot without the factory's OSC loop.
+targeted shards, transit: plan, two-arm and mixed-robot specs, a robot without the factory's
+OSC loop.
 """
 
 from __future__ import annotations
@@ -44,6 +55,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -54,13 +68,17 @@ from demofactory.generators.mimicgen import (
     attempt_seed,
     generate_attempt,
 )
+from demofactory.generators.poses import make_pose
+from demofactory.generators.predicates import Predicate, parse_predicate
 from demofactory.generators.records import Attempt
 from demofactory.simulation.physics import ActionDelay, PhysicsDraw, model_rows, set_model_rows
+from demofactory.simulation.scene import KINEMATIC_PREDICATES, Snapshot, proprio_of
 
 # `worker` below is a demofactory.build.pipeline.ShardWorker, not imported: pipeline runs
 # these (ShardWorker.run_shard), and the layers test forbids the cycle.
 
 FALLBACK = "set generation.backend: cpu"
+EEF = "<grip site>"  # DeviceBatch.slots: the grip site's frame, beside the objects' bodies
 
 
 def unsupported(spec) -> str | None:
@@ -72,8 +90,6 @@ def unsupported(spec) -> str | None:
         return "mixed-robot specs (task.robots)"
     if gen.rebalance is not None:
         return "generation.rebalance"
-    if gen.subtask_retries:
-        return "generation.subtask_retries"
     if gen.transit == "plan":
         return "generation.transit: plan"
     return None
@@ -180,25 +196,53 @@ class WorldPhysics:
 
 
 class _Batch:
-    """The worlds' last states (copied from the device) and which one the CPU scene holds."""
+    """The worlds' last states and frames (copied from the device: `DeviceBatch.read`) and
+    which world the CPU scene holds."""
 
-    def __init__(self, scene, states: np.ndarray, starts: list, physics: WorldPhysics | None):
-        self.scene, self.states, self.physics = scene, states, physics
+    def __init__(self, device_batch: DeviceBatch, starts: list):
+        self.device = device_batch
+        self.scene, self.physics = device_batch.scene, device_batch.physics
+        self.slots = device_batch.slots
+        self.states, (self.pos, self.mat), self.positions = device_batch.read()
         self.marks = [s.marks for s in starts]
         self.loaded: int | None = None
-        self.closed = np.zeros(len(states), dtype=bool)  # Scene.gripper_closed per world
+        self.closed = np.zeros(len(self.states), dtype=bool)  # Scene.gripper_closed per world
 
     def load(self, w: int) -> None:
         if self.loaded != w:
             if self.physics is not None:
                 self.physics.apply(w)
-            self.scene.set_state(self.states[w])
+            self.scene.set_state(self.states[w], positions=self.positions[w])
             self.scene.gripper_closed = bool(self.closed[w])
             self.scene._start_z, self.scene._start_q = self.marks[w]
             self.loaded = w
 
-    def refresh(self, states: np.ndarray) -> None:
-        self.states, self.loaded = states, None
+    def refresh(self, read: tuple) -> None:
+        self.states, (self.pos, self.mat), self.positions = read
+        self.loaded = None
+
+    def restore(self, w: int, snap: Snapshot) -> None:
+        """World w back to `snap` (DeviceBatch.restore), its state and frames read again."""
+        self.device.restore(w, snap)
+        self.refresh(self.device.read())
+
+    def frame(self, w: int, slot: str) -> tuple[np.ndarray, np.ndarray]:
+        """World w's position [3] and rotation [3, 3] of an object's body (by its spec name)
+        or of the grip site (EEF), as computed on the device."""
+        i = self.slots[slot]
+        return self.pos[w, i], self.mat[w, i]
+
+    def leaf_holds(self, w: int, leaf: Predicate) -> bool:
+        """A simple predicate in world w: a kinematic one on the device's values; the others
+        (contacts, surface distances, a cavity's walls) by the CPU scene on w's state."""
+        scene = self.scene
+        if leaf.name in KINEMATIC_PREDICATES:
+            qpos = self.states[w, 1 : 1 + scene.model.nq]
+            return scene.kinematic_holds(
+                leaf, lambda obj: self.frame(w, obj)[0], qpos, self.marks[w]
+            )
+        self.load(w)
+        return scene._leaf_holds(leaf)
 
 
 class DeviceBatch:
@@ -229,12 +273,62 @@ class DeviceBatch:
         )
         self.hands = mjwarp.GripperCommands(stepper, n, [s.hand for s in starts])
         self.last: np.ndarray | None = None  # each world's acting action, the last step
+        # the frames the attempts ask for every control step (the grip site's pose, for the
+        # next action and the proprio; the objects' poses), computed on the device
+        self.scene = scene
+        names = list(scene.bodies)
+        self.slots = {name: i for i, name in enumerate(names)} | {EEF: len(names)}
+        self.frames = mjwarp.WorldFrames(
+            self.worlds, [scene.bodies[name] for name in names], [scene._eef_site]
+        )
+
+    def read(self, stepped: bool = False) -> tuple:
+        """(states, frames, positions): every world's state [N, 1 + nq + nv], its frames
+        (`mjwarp.WorldFrames.read`, in `slots` order) and the qpos [N, nq] they and the
+        contacts were computed at. `stepped`: as the last control step left them, at its last
+        substep's start, as the CPU path's queries find CPU MuJoCo's data after `Scene.step`
+        (`BatchedOSC.positions_qpos`); else at the state now, as after the CPU scene's reset
+        or restore (an mj_forward)."""
+        states = self.worlds.states()
+        if stepped:
+            return states, self.frames.read(kinematics=False), self.osc.positions_qpos()
+        return states, self.frames.read(), states[:, 1 : 1 + self.worlds.model.nq]
+
+    def snapshot(self, w: int) -> Snapshot:
+        """World w's restorable point, as `Scene.snapshot` takes the CPU scene's: its state,
+        solver warm start and ctrl (from the device), its hand's command and the actions its
+        draw's delay still holds back."""
+        worlds = self.worlds
+        pending = () if self.physics is None else self.physics.delays[w].pending
+        return Snapshot(
+            state=worlds.states()[w],
+            warmstart=worlds.world_rows(w, "qacc_warmstart"),
+            ctrl=worlds.world_rows(w, "ctrl"),
+            gripper_action=self.hands.hands[w].copy(),
+            pending=tuple(a.copy() for a in pending),
+        )
+
+    def restore(self, w: int, snap: Snapshot) -> None:
+        """World w exactly back to `snap` (a retried subtask starts where its first try did,
+        as `Scene.restore`); the other worlds are left as they are."""
+        nq = self.worlds.model.nq
+        self.worlds.set_world_rows(
+            w,
+            time=snap.state[0],
+            qpos=snap.state[1 : 1 + nq],
+            qvel=snap.state[1 + nq :],
+            qacc_warmstart=snap.warmstart,
+            ctrl=snap.ctrl,
+        )
+        self.hands.hands[w] = np.array(snap.gripper_action, copy=True)
+        if self.physics is not None:
+            self.physics.delays[w].pending = deque(a.copy() for a in snap.pending)
 
     def step(self, given: dict[int, np.ndarray]) -> np.ndarray:
         """One control step of every world; `given`: world -> the action its attempt gives now
         (as to `Scene.step`: under a draw with a delay, the one given `delay` steps before
         acts). A world given none (finished, masked) repeats its last: it is held where it
-        ended. Returns every world's state after the step, [N, 1 + nq + nv]."""
+        ended. Returns every world's state and frames after the step (`read`)."""
         if self.last is None:
             width = len(next(iter(given.values())))
             self.last = np.zeros((self.worlds.nworld, width))
@@ -244,7 +338,7 @@ class DeviceBatch:
             acting[w] = action if self.physics is None else self.physics.delays[w](action)
         self.osc.control_step(acting, self.hands.ctrl(acting))
         self.last = acting
-        return self.worlds.states()
+        return self.read(stepped=True)
 
 
 class WorldScene:
@@ -254,9 +348,41 @@ class WorldScene:
     def __init__(self, batch: _Batch, w: int, turn: _Turn):
         self._batch, self._w, self._turn = batch, w, turn
 
-    def __getattr__(self, name):  # eef_pose, object_pose, holds, success, proprio, ...
+    def __getattr__(self, name):  # drop_height, place_shift, controller_limits, data, ...
         self._batch.load(self._w)
         return getattr(self._batch.scene, name)
+
+    # What an attempt asks every control step, answered from the world's frames as the device
+    # computed them, without loading its state into the CPU scene (an mj_forward a world a step)
+    def eef_pose(self) -> np.ndarray:
+        return make_pose(*self._batch.frame(self._w, EEF))
+
+    def object_pose(self, name: str) -> np.ndarray:
+        return make_pose(*self._batch.frame(self._w, name))
+
+    def proprio(self) -> np.ndarray:
+        scene = self._batch.scene
+        gripper_q = self._batch.states[self._w, 1 + scene._gripper_qpos]
+        return proprio_of(*self._batch.frame(self._w, EEF), gripper_q)
+
+    def holds(self, predicate: Predicate | str) -> bool:
+        """As `Scene.holds`, its kinematic leaves on the device's values (`_Batch.leaf_holds`)."""
+        p = parse_predicate(predicate) if isinstance(predicate, str) else predicate
+        return p.evaluate(self._leaf_holds)
+
+    def _leaf_holds(self, leaf: Predicate) -> bool:
+        if leaf.name == "success":
+            return self.success()
+        return self._batch.leaf_holds(self._w, leaf)
+
+    def success(self) -> bool:
+        """As `Scene.success`: the spec's `task.success` (`holds`), else robosuite's check on
+        the world's state in the CPU scene."""
+        spec_success = self._batch.scene._success
+        if spec_success is not None:
+            return self.holds(spec_success)
+        self._batch.load(self._w)
+        return self._batch.scene.success()
 
     def reset_to(self, *args, **kwargs) -> None:
         """The world already starts where this reset puts the CPU scene (batch_starts)."""
@@ -264,11 +390,13 @@ class WorldScene:
     def get_state(self) -> np.ndarray:
         return self._batch.states[self._w].copy()
 
-    def snapshot(self):
-        raise NotImplementedError("subtask retries are not batched")
+    def snapshot(self) -> Snapshot:
+        """As `Scene.snapshot`, of this world (read from the device by the coordinator)."""
+        return self._turn.ask(lambda: self._batch.device.snapshot(self._w))
 
-    def restore(self, snap) -> None:
-        raise NotImplementedError("subtask retries are not batched")
+    def restore(self, snap: Snapshot) -> None:
+        """As `Scene.restore`, this world alone (written to the device by the coordinator)."""
+        self._turn.ask(lambda: self._batch.restore(self._w, snap))
 
     def step(self, action: np.ndarray) -> None:
         """As `Scene.step`: the action goes to the batch (DeviceBatch.step delays it as the
@@ -279,11 +407,16 @@ class WorldScene:
 
 
 class _Turn:
-    """One world's thread, run only while the coordinator waits for it (a strict hand-off)."""
+    """One world's thread, run only while the coordinator waits for it (a strict hand-off).
+
+    The device is only touched from the coordinator's thread: what a world needs done there
+    (a snapshot of it, a restore) it asks for (`ask`), and waits."""
 
     def __init__(self):
         self.go, self.back = threading.Semaphore(0), threading.Semaphore(0)
         self.action: np.ndarray | None = None
+        self.request: Callable[[], Any] | None = None  # work asked of the coordinator
+        self.reply: Any = None
         self.result: Attempt | None = None
         self.error: BaseException | None = None
         self.finished = False
@@ -291,15 +424,31 @@ class _Turn:
 
     def step(self, action: np.ndarray) -> None:  # on the world's thread
         self.action = action
+        self._hand_back()
+
+    def ask(self, work: Callable[[], Any]) -> Any:  # on the world's thread
+        """`work()` run on the coordinator's thread; its result."""
+        self.request = work
+        self._hand_back()
+        reply, self.reply = self.reply, None
+        return reply
+
+    def _hand_back(self) -> None:
         self.back.release()
         self.go.acquire()
         if self.abort:
             raise RuntimeError("the batch stopped")
 
     def resume(self) -> None:  # on the coordinator's
+        """Run the world up to its next action (or its end), doing what it asks meanwhile."""
         self.action = None
         self.go.release()
         self.back.acquire()
+        while self.request is not None:
+            work, self.request = self.request, None
+            self.reply = work()
+            self.go.release()
+            self.back.acquire()
 
 
 def run_batch(
@@ -324,7 +473,7 @@ def run_batch(
     n = len(starts)
     device_batch = DeviceBatch(worker, starts, device)
     worlds, physics = device_batch.worlds, device_batch.physics
-    batch = _Batch(scene, worlds.states(), starts, physics)
+    batch = _Batch(device_batch, starts)
     turns = [_Turn() for _ in range(n)]
 
     def attempt(w: int, plan: AttemptPlan) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 
 import mujoco
 import numpy as np
@@ -193,6 +194,20 @@ class BatchedWorlds:
                 f"{rows} constraint rows for {d.njmax} (mjwarp.HEADROOM)"
             )
 
+    def world_rows(self, w: int, name: str) -> np.ndarray:
+        """World w's values of a data field ("ctrl", "qacc_warmstart", ...), float64."""
+        return self._read(name)[w]
+
+    def set_world_rows(self, w: int, **fields: np.ndarray) -> None:
+        """World w's values of data fields (qpos=..., ctrl=...); the other worlds' stay. A
+        whole field's round trip: what a subtask retry's restore needs, a few an attempt."""
+        rows = {}
+        for name, values in fields.items():
+            now = self._read(name)
+            now[w] = values
+            rows[name] = now
+        self._write(**rows)
+
     def _write(self, **fields: np.ndarray) -> None:
         for name, values in fields.items():
             target = getattr(self.wdata, name)
@@ -239,6 +254,45 @@ class BatchedWorlds:
             now = {n: self._read(n) for n in self._held}
             keep = self.done
             self._write(**{n: np.where(_rows(keep, v), self._held[n], v) for n, v in now.items()})
+
+
+class WorldFrames:
+    """Where some bodies and sites are in every world (what `Scene.eef_pose`, `object_pose`
+    and `proprio` read), gathered on the device into one [N, k, 12] array and copied in one
+    transfer. After a control step the bodies' and
+    sites' positions on the device are those of the state before the last integration (step1
+    computes them, step2 moves the state on), as CPU MuJoCo's are after the CPU path's control
+    step, which is what its queries read: `read(kinematics=False)` gathers those; `read()`
+    first recomputes them for the state now (after a reset or a restore: mj_forward's)."""
+
+    def __init__(self, worlds: BatchedWorlds, bodies: Sequence[int], sites: Sequence[int]):
+        wp = worlds.warp
+        self.worlds, self.nbody = worlds, len(bodies)
+        with wp.ScopedDevice(worlds.device):
+            self._bodies = wp.array(np.asarray(bodies, dtype=np.int32), dtype=int)
+            self._sites = wp.array(np.asarray(sites, dtype=np.int32), dtype=int)
+            self._out = wp.zeros((worlds.nworld, len(bodies) + len(sites), 12), dtype=float)
+
+    def read(self, kinematics: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(positions [N, k, 3], rotations [N, k, 3, 3]), float64: the bodies given, then the
+        sites, in their order, in every world; `kinematics`: computed for the state now
+        first, else as the last step left them."""
+        from demofactory.simulation import mjwarp_kernels
+
+        worlds, wp = self.worlds, self.worlds.warp
+        d = worlds.wdata
+        with wp.ScopedDevice(worlds.device):
+            if kinematics:
+                worlds.mjw.kinematics(worlds.wmodel, d)
+            wp.launch(
+                mjwarp_kernels.gather_frames,
+                dim=self._out.shape[:2],
+                inputs=[d.xpos, d.xmat, d.site_xpos, d.site_xmat, self._bodies, self._sites],
+                outputs=[self._out],
+            )
+            frames = self._out.numpy().astype(np.float64)
+        n, k = frames.shape[:2]
+        return frames[..., :3], frames[..., 3:].reshape(n, k, 3, 3)
 
 
 def _item_shape(dtype) -> tuple[int, ...]:
@@ -408,6 +462,9 @@ class BatchedOSC:
                 wp.zeros((nworld, 3, 6), dtype=float),  # wrench, a 3-vector of it, L J M^-1 ...
             )
             self._actions = wp.zeros((nworld, 7), dtype=float)
+            # qpos at the last substep's mj_step1: what the bodies' positions and contacts left
+            # on the device after a control step were computed at (positions_qpos)
+            self._positions_qpos = wp.zeros((nworld, worlds.model.nq), dtype=float)
             self._grip_ctrl = wp.zeros((nworld, len(arm.grip_act)), dtype=float)
             self._goal_pos = wp.zeros(nworld, dtype=wp.vec3)
             self._goal_ori = wp.zeros(nworld, dtype=wp.mat33)
@@ -445,11 +502,21 @@ class BatchedOSC:
                 if i:
                     mjw.step1(worlds.wmodel, d)
                 self._torques()
+                if i == arm.substeps - 1:
+                    wp.copy(self._positions_qpos, d.qpos)
                 mjw.step2(worlds.wmodel, d)
             wp.synchronize()
         worlds.check_capacity()
         if worlds._held is not None:
             worlds.step(0)  # put the finished worlds back
+
+    def positions_qpos(self) -> np.ndarray:
+        """[N, nq]: each world's qpos at its last control step's last mj_step1, which the
+        bodies', sites' and geoms' positions and the contacts on the device were computed at,
+        and which CPU MuJoCo's data holds them at after the CPU path's control step (mj_step1
+        computes them, mj_step2 moves the state on; nothing recomputes them before the next
+        step)."""
+        return self._positions_qpos.numpy().astype(np.float64)
 
     def _torques(self) -> None:
         worlds, wp, mjw, k = self.worlds, self.worlds.warp, self.worlds.mjw, self._kernels

@@ -23,6 +23,37 @@ def gather_point(
 
 
 @wp.func
+def _put_frame(
+    out: wp.array3d(dtype=float), w: int, i: int, pos: wp.vec3, rot: wp.mat33
+):  # pragma: no cover - compiled
+    for a in range(3):
+        out[w, i, a] = pos[a]
+        for b in range(3):
+            out[w, i, 3 + 3 * a + b] = rot[a, b]
+
+
+@wp.kernel
+def gather_frames(
+    xpos: wp.array2d(dtype=wp.vec3),
+    xmat: wp.array2d(dtype=wp.mat33),
+    site_xpos: wp.array2d(dtype=wp.vec3),
+    site_xmat: wp.array2d(dtype=wp.mat33),
+    bodies: wp.array(dtype=int),
+    sites: wp.array(dtype=int),
+    out: wp.array3d(dtype=float),
+):  # pragma: no cover - compiled
+    """out[w, i] = position (3) and row-major rotation (9) of the i-th frame asked for in
+    world w: the bodies first, then the sites."""
+    w, i = wp.tid()
+    nbody = bodies.shape[0]
+    if i < nbody:
+        _put_frame(out, w, i, xpos[w, bodies[i]], xmat[w, bodies[i]])
+    else:
+        site = sites[i - nbody]
+        _put_frame(out, w, i, site_xpos[w, site], site_xmat[w, site])
+
+
+@wp.func
 def _cholesky(a: wp.array3d(dtype=float), w: int, n: int):  # pragma: no cover - compiled
     """a[w, :n, :n] = L L^T in place (L in the lower triangle)."""
     for i in range(n):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 # MUJOCO_GL's default was set when the `factory` package was imported (factory/_gl.py).
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import mujoco
@@ -42,6 +42,16 @@ HAND_GRASP_FINGERS = 2
 RAY_LIFT = 0.01  # metres above an object's bottom its downward rays start (`support_heights`)
 RAY_SPACING = 0.01  # metres between the rays of `support_heights`
 FLAT = 0.01  # metres: surfaces this close in height are one flat support (`Scene.place_shift`)
+# The predicates read off positions alone (bodies' positions, joint positions), no contacts or
+# distances between surfaces: `Scene.kinematic_holds` decides them on any such values.
+KINEMATIC_PREDICATES = frozenset({"lifted", "near", "opened", "joint"})
+
+
+def proprio_of(site_pos: np.ndarray, site_mat: np.ndarray, gripper_q: np.ndarray) -> np.ndarray:
+    """[9] float32 (PROPRIO_LAYOUT): the grip site's position and quaternion (xyzw) from its
+    position [3] and rotation [9] or [3, 3], and the gripper's joint positions."""
+    rot = np.reshape(site_mat, (3, 3))
+    return np.concatenate([site_pos, mat_to_quat(rot), gripper_q]).astype(np.float32)
 
 
 def make_env(task: TaskSpec, model_seed: int = 0, arm: dict | None = None, **scene):
@@ -339,12 +349,20 @@ class Scene:
         """[N] float64: time, qpos, qvel."""
         return np.concatenate([[self.data.time], self.data.qpos, self.data.qvel])
 
-    def set_state(self, state: np.ndarray) -> None:
-        """Restore a flattened state and recompute positions and contacts (no time step)."""
+    def set_state(self, state: np.ndarray, positions: np.ndarray | None = None) -> None:
+        """Restore a flattened state and recompute positions and contacts (no time step).
+
+        `positions`: the joint positions [nq] to compute the bodies' positions and the contacts
+        at, instead of the state's own: after a control step CPU MuJoCo's data holds them at the
+        last substep's start (mj_step1 computes them, mj_step2 moves the state on), and a state
+        copied from elsewhere (a batch of MuJoCo Warp worlds) is loaded as the step left it."""
         self.data.time = state[0]
-        self.data.qpos[:] = state[1 : 1 + self.model.nq]
+        qpos = state[1 : 1 + self.model.nq]
+        self.data.qpos[:] = qpos if positions is None else positions
         self.data.qvel[:] = state[1 + self.model.nq : self.state_size]
         mujoco.mj_forward(self.model, self.data)
+        if positions is not None:
+            self.data.qpos[:] = qpos
 
     def set_pose(self, state: np.ndarray) -> None:
         """Restore a flattened state for drawing it: the positions `mjv_updateScene` reads
@@ -822,13 +840,11 @@ class Scene:
 
     def proprio(self) -> np.ndarray:
         """[9] float32: eef position, eef quaternion (xyzw), gripper joint positions."""
-        rot = self.data.site_xmat[self._eef_site].reshape(3, 3)
-        parts = (
+        return proprio_of(
             self.data.site_xpos[self._eef_site],
-            mat_to_quat(rot),
+            self.data.site_xmat[self._eef_site],
             self.data.qpos[self._gripper_qpos],
         )
-        return np.concatenate(parts).astype(np.float32)
 
     def controller_limits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(max position step [3] m, max rotation step [3] rad, controller frame rotation [3,3])."""
@@ -860,12 +876,39 @@ class Scene:
     def holds(self, predicate: Predicate | str) -> bool:
         """Evaluate a predicate (or a composition of them) on the current state."""
         p = parse_predicate(predicate) if isinstance(predicate, str) else predicate
-        if p.name == "all":
-            return all(self.holds(arg) for arg in p.args)
-        if p.name == "any":
-            return any(self.holds(arg) for arg in p.args)
-        if p.name == "not":
-            return not self.holds(p.args[0])
+        return p.evaluate(self._leaf_holds)
+
+    def kinematic_holds(
+        self,
+        p: Predicate,
+        position: Callable[[str], np.ndarray],
+        qpos: np.ndarray,
+        marks: tuple[dict, dict],
+    ) -> bool:
+        """A leaf of KINEMATIC_PREDICATES on given values, not on this scene's data: `position`
+        an object's body position [3] by name, `qpos` the joint positions, `marks` the start
+        heights and joint positions (`mark_start`). What `holds` asks of these leaves; a
+        batch of MuJoCo Warp worlds asks it of each world's values computed on the device."""
+        start_z, start_q = marks
+        if p.name == "lifted":
+            obj = p.objects[0]
+            return position(obj)[2] - start_z.get(obj, np.inf) >= p.params[0]
+        if p.name in ("opened", "joint"):
+            obj = p.objects[0]
+            value = float(qpos[self._joint_qpos(obj)])
+            if p.name == "opened":
+                return abs(value - start_q.get(obj, value)) >= p.params[0]
+            return p.params[0] <= value <= p.params[1]
+        if p.name == "near":
+            a, b = (position(o) for o in p.objects)
+            return float(np.linalg.norm(a - b)) < p.params[0]
+        raise ValueError(f"predicate {p.name!r} is not kinematic")
+
+    def _leaf_holds(self, p: Predicate) -> bool:
+        if p.name in KINEMATIC_PREDICATES:
+            return self.kinematic_holds(
+                p, self._body_position, self.data.qpos, (self._start_z, self._start_q)
+            )
         if p.name == "success":
             return self.success()
         if p.name == "grasped":
@@ -878,21 +921,12 @@ class Scene:
             # its handle's shaft) always touch, which contact(), filtering parent and child, hides.
             a, b = (self._hand if o == HAND else self._geoms[o] for o in p.objects)
             return bool(self._touching(a) & b) or self._distance(a, b, TOUCH_MARGIN) <= TOUCH_MARGIN
-        if p.name == "lifted":
-            obj = p.objects[0]
-            return (
-                self.data.xpos[self.bodies[obj]][2] - self._start_z.get(obj, np.inf) >= p.params[0]
-            )
-        if p.name in ("opened", "joint"):
-            return self._joint_holds(p)
         a, b = (self.data.xpos[self.bodies[o]] for o in p.objects)
         if p.name == "inside":
             return self._inside(a, p.objects[1])
         if p.name == "on_peg":
             top = self._world_aabb(p.objects[1])[1][2]
             return bool(np.linalg.norm(a[:2] - b[:2]) < p.params[0] and a[2] < top)
-        if p.name == "near":
-            return float(np.linalg.norm(a - b)) < p.params[0]
         if p.name == "on_top":
             resting = a[2] > b[2] + 0.005 and np.linalg.norm(a[:2] - b[:2]) < 0.05
             held = self._grasped(p.objects[0])
@@ -911,12 +945,8 @@ class Scene:
                 if leaf.name in ("opened", "joint"):
                     self._joint_qpos(leaf.objects[0], field)
 
-    def _joint_holds(self, p: Predicate) -> bool:
-        obj = p.objects[0]
-        value = float(self.data.qpos[self._joint_qpos(obj)])
-        if p.name == "opened":
-            return abs(value - self._start_q.get(obj, value)) >= p.params[0]
-        return p.params[0] <= value <= p.params[1]
+    def _body_position(self, obj: str) -> np.ndarray:
+        return self.data.xpos[self.bodies[obj]]
 
     def joint_position(self, obj: str) -> float:
         """Position now (rad or m) of the hinge or slide joint moving `obj` (SpecError if none)."""

@@ -503,9 +503,8 @@ class GenerationSpec(StrictModel):
         "cpu",
         description="The physics: cpu, MuJoCo on a CPU core per worker; mjwarp, MuJoCo Warp "
         "(the gpu extra, pip install 'demofactory[gpu]'): a shard's attempts as one batch of "
-        "worlds, each under its own physics: draw; one-arm specs without rebalance, "
-        "subtask_retries or transit: plan (factory run refuses the rest, naming backend cpu; "
-        "docs/mjwarp.md). "
+        "worlds, each under its own physics: draw; one-arm specs without rebalance or "
+        "transit: plan (factory run refuses the rest, naming backend cpu; docs/mjwarp.md). "
         "A dataset keeps the backend that made it.",
     )
     gpus_per_batch: float = Field(

@@ -152,3 +152,47 @@ def test_a_batch_under_physics_draws_records_each_attempt_as_the_cpu_path(resolv
     # not vacuous: a success was loaded and checked above (float32 contacts may turn an
     # outcome on another machine; this pair ended the same both ways here)
     assert any(a.success for a in batch), [a.reason for a in batch]
+
+
+def test_a_retried_subtask_restores_its_world_as_the_cpu_path_restores_the_scene(
+    resolved, tmp_path
+):
+    """generation.subtask_retries on the batch: under action noise of 1 the grasp fails, the
+    world is restored to its snapshot (DeviceBatch.restore: this world alone) and tries again,
+    and the attempt ends as the CPU path's does, with the same reason, retries and length;
+    what is recorded is the last try, from the restored start, and it follows the CPU
+    path's last try (the same noise from the same seed)."""
+    from demofactory.build.batched import run_batch
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.seeds.resolve import resolve_spec
+    from demofactory.specs.spec import load_spec
+
+    path = write_spec(
+        tmp_path / "stack_retry.yaml",
+        "stack_lowdim.yaml",
+        generation={"subtask_retries": 1, "settle_steps": 3, "action_noise": 1.0},
+    )
+    spec = load_spec(path)
+    worker = ShardWorker(spec, resolve_spec(spec).demos, resolved.scene)
+    task = ShardTask(0, (0,))
+    (ours,) = run_batch(worker, task, device="cpu")
+    (theirs,) = [worker.run_attempt(task, a) for a in task.attempt_ids]
+    why = "subtask 0 failed: grasped(cubeA) did not hold after 2 tries"
+    assert theirs.reason == why and theirs.retries == (1, 0)  # the case this test is for
+    assert (ours.reason, ours.retries, ours.length) == (why, theirs.retries, theirs.length)
+    # The record restarts at the snapshot (the attempt's start) and follows the CPU path's
+    # last try: the same noise, and the hand's pose read as the CPU path reads it (at the
+    # last substep's start). Measured over its first RETRY_STEPS steps: arm qpos 4.7e-05 rad,
+    # actions 4.5e-05 apart (the float32 difference growing under noise 1; they part where the
+    # fingers meet the cube, ~step 130). The hand's pose read at the state after the step
+    # instead put the actions 2e-03 apart from the second step on.
+    np.testing.assert_allclose(ours.states[0], theirs.states[0], rtol=0, atol=1e-6)
+    arm, k = slice(1, 1 + 7), RETRY_STEPS
+    print("arm qpos apart", np.abs(ours.states[:k, arm] - theirs.states[:k, arm]).max())
+    print("actions apart", np.abs(ours.actions[:k] - theirs.actions[:k]).max())
+    np.testing.assert_allclose(ours.states[:k, arm], theirs.states[:k, arm], rtol=0, atol=2e-4)
+    np.testing.assert_allclose(ours.actions[:k], theirs.actions[:k], rtol=0, atol=2e-4)
+
+
+RETRY_STEPS = 100

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import mujoco
 import numpy as np
 import pytest
 from demofactory.simulation import mjwarp
@@ -158,11 +159,12 @@ def test_each_world_steps_under_its_own_physics_draw_as_the_cpu_path(resolved):
     actions[:, 6] = np.where(np.arange(PHYSICS_STEPS) < PHYSICS_STEPS // 2, 1.0, -1.0)
     batch = DeviceBatch(worker, starts, device="cpu")
     assert {"geom_friction", "body_mass", "geom_size", "opt.gravity"} <= set(batch.physics.stacked)
-    ours = np.array([batch.step({w: a for w in range(3)}) for a in actions])  # [K, N, state]
+    # [K, N, state]
+    ours = np.array([batch.step({w: a for w in range(3)})[0] for a in actions])
     worker.physics = None  # the same starts and actions, every world under nominal physics
     nominal = DeviceBatch(worker, starts, device="cpu")
     worker.physics = spec.physics
-    theirs = np.array([nominal.step({w: a for w in range(3)}) for a in actions])
+    theirs = np.array([nominal.step({w: a for w in range(3)})[0] for a in actions])
     nq, robot = scene.model.nq, _robot_dofs(scene)
     worst = np.zeros((3, 5))
     for w, (start, draw) in enumerate(zip(starts, draws, strict=True)):
@@ -183,6 +185,126 @@ def test_each_world_steps_under_its_own_physics_draw_as_the_cpu_path(resolved):
     # the check can fail: without each world's draw the robot ends far from its CPU run
     assert (worst[:, 4] > 100 * ROBOT_QPOS).all(), worst
     _assert_rows_equal(_rows(scene.model), before)
+
+
+# float32 on the device against CPU MuJoCo's float64: the frames gathered against CPU
+# MuJoCo's kinematics at the same joint positions, measured at worst 2.4e-07 (metres, or a
+# rotation's entry); the grip site after one control step from the same state, as each path
+# leaves its data, 5.7e-07 m. The grip site moves up to 8.1e-04 m in a substep here: reading
+# it at the state after the step instead of at the last substep's start fails the second bound.
+FRAME_ATOL, STEP_ATOL = 1e-6, 1e-5
+
+
+def test_each_worlds_poses_and_kinematic_predicates_come_from_the_device(resolved):
+    """What an attempt asks every control step (the grip site's pose, the proprio, the objects'
+    poses) and the kinematic predicates (near, lifted, ...) are answered for each world from
+    the frames MuJoCo Warp left on the device (mjwarp.WorldFrames), without loading its state
+    into the CPU scene. They are what the CPU path reads after the same control step: CPU
+    MuJoCo's data holds positions computed at the last substep's start (mj_step1), not at the
+    state the step ends in. The other predicates (grasped: surface distances) load the world's
+    state into the CPU scene, its positions where the step left them."""
+    from demofactory.build.batched import DeviceBatch, WorldScene, _Batch, batch_starts
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+
+    worker = ShardWorker(resolved.spec, resolved.demos, resolved.scene)
+    scene, hand = worker.scene, worker.scene._fast.gripper_model
+    starts = batch_starts(worker, ShardTask(1, (3, 4, 5)))
+    device = DeviceBatch(worker, starts, device="cpu")
+    batch = _Batch(device, starts)
+    worlds = [WorldScene(batch, w, None) for w in range(3)]
+    rng = np.random.default_rng(5)
+    worst, answers = np.zeros(3), []
+    for check in range(3):
+        for _ in range(10):
+            action = np.append(rng.uniform(-1, 1, 6), 1.0)
+            before = batch.states.copy(), [h.copy() for h in device.hands.hands]
+            batch.refresh(device.step({w: action for w in range(3)}))
+        distances = [
+            np.linalg.norm(v.object_pose("cubeA")[:3, 3] - v.object_pose("cubeB")[:3, 3])
+            for v in worlds
+        ]
+        between = float(np.median(distances))  # some worlds nearer than it, some not
+        near = f"near(cubeA, cubeB, {between:.6f})"
+        kinematic = [near, f"all({near}, not(lifted(cubeA, 0.05)))", "lifted(cubeB, -1)"]
+        ours = [
+            (v.eef_pose(), v.proprio(), v.object_pose("cubeA"))
+            + tuple(v.holds(p) for p in kinematic)
+            for v in worlds
+        ]
+        assert batch.loaded is None  # none of that loaded a state into the CPU scene
+        for w, view in enumerate(worlds):
+            # the CPU path's last step from the world's state before it: its grip site
+            scene.set_state(before[0][w])
+            hand.current_action = before[1][w].copy()
+            scene.step(action)
+            stepped = scene.eef_pose()[:3, 3]
+            worst[0] = max(worst[0], np.abs(ours[w][0][:3, 3] - stepped).max())
+            worst[2] = max(worst[2], np.abs(stepped - scene.data.site_xpos[scene._eef_site]).max())
+            mujoco.mj_kinematics(scene.model, scene.data)  # the state after the step
+            worst[2] = max(worst[2], np.abs(stepped - scene.eef_pose()[:3, 3]).max())
+            # the CPU scene at the world's state, its positions where the step left them
+            scene.set_state(batch.states[w], positions=batch.positions[w])
+            scene._start_z, scene._start_q = batch.marks[w]
+            theirs = (scene.eef_pose(), scene.proprio(), scene.object_pose("cubeA"))
+            theirs += tuple(scene.holds(p) for p in kinematic)
+            for mine, cpu in zip(ours[w][:3], theirs[:3], strict=True):
+                np.testing.assert_allclose(mine, cpu, rtol=0, atol=FRAME_ATOL)
+                worst[1] = max(worst[1], float(np.abs(mine - cpu).max()))
+            assert ours[w][3:] == theirs[3:], (check, w)
+            answers.append(ours[w][3:])
+            # a contact-and-distance predicate: the world's state in the CPU scene
+            batch.loaded = None
+            assert view.holds("grasped(cubeA)") == scene.holds("grasped(cubeA)")
+            assert batch.loaded == w
+    print("grip site vs the CPU path's step, frames vs CPU kinematics, a substep's move", worst)
+    assert worst[0] <= STEP_ATOL, worst
+    assert worst[2] > 10 * STEP_ATOL, worst  # the bound tells the two readings apart
+    # the predicates went both ways across the worlds and checks: the comparison could fail
+    assert {a[0] for a in answers} == {True, False}
+    assert all(a[2] for a in answers)
+
+
+def test_a_world_restored_to_its_snapshot_steps_again_as_it_did(resolved):
+    """Subtask retries in a batch: two worlds (one whose draw delays its actions) taken back to
+    their snapshots (DeviceBatch.snapshot/restore: state, solver warm start, ctrl, the hand's
+    command, the delay's queue) step the same actions again into the same states, while the
+    third world, not restored, goes on from where it was."""
+    from demofactory.build.batched import DeviceBatch, batch_starts
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+    from demofactory.specs.spec import load_spec
+
+    spec = load_spec(SPECS / "stack_physics.yaml")
+    worker = ShardWorker(spec, resolved.demos, resolved.scene)
+    starts = batch_starts(worker, ShardTask(0, (0, 1, 2)))
+    delays = [s.draw.delay for s in starts]
+    delayed = next(w for w in range(3) if delays[w] > 0)
+    restored = [delayed, next(w for w in range(3) if delays[w] == 0)]
+    left = ({0, 1, 2} - set(restored)).pop()
+    batch = DeviceBatch(worker, starts, device="cpu")
+    rng = np.random.default_rng(11)
+    before = rng.uniform(-0.4, 0.4, (6, 7))
+    again = rng.uniform(-0.4, 0.4, (8, 7))
+    again[:, 6] = 1.0  # closing: robosuite's hand command ramps a step at a time
+    try:
+        for action in before:
+            batch.step({w: action for w in range(3)})
+        snaps = {w: batch.snapshot(w) for w in restored}
+        assert len(snaps[delayed].pending) == delays[delayed]
+        first = np.array([batch.step({w: a for w in range(3)})[0] for a in again])
+        for w in restored:
+            batch.restore(w, snaps[w])
+        states = batch.read()[0]
+        for w in restored:
+            np.testing.assert_array_equal(states[w], snaps[w].state)
+        second = np.array([batch.step({w: a for w in range(3)})[0] for a in again])
+    finally:
+        batch.physics.restore()
+    for w in restored:
+        np.testing.assert_allclose(second[:, w], first[:, w], rtol=0, atol=1e-6, err_msg=str(w))
+    assert np.abs(first[:, restored[0]] - first[0, restored[0]]).max() > 1e-2  # they moved
+    assert np.abs(second[:, left] - first[:, left]).max() > 1e-2  # the other went on
 
 
 def _robot_dofs(scene) -> tuple[np.ndarray, np.ndarray]:

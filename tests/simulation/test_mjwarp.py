@@ -70,15 +70,15 @@ def test_without_the_extra_one_line_says_how_to_install_it(tmp_path, verb):
 @pytest.mark.slow  # ~10 s: `factory run` imports Ray and warp
 def test_run_refuses_what_the_batched_loop_does_not_batch(tmp_path):
     spec = write_spec(
-        tmp_path / "retries.yaml",
+        tmp_path / "rebalance.yaml",
         "stack.yaml",
-        generation={"backend": "mjwarp", "subtask_retries": 1},
+        generation={"backend": "mjwarp", "rebalance": True},
     )
     result = factory(tmp_path, "run", spec, "--out", tmp_path / "out")
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
-    assert "mjwarp does not batch generation.subtask_retries yet" in lines[0]
+    assert "mjwarp does not batch generation.rebalance yet" in lines[0]
     assert lines[0].endswith("set generation.backend: cpu")
     assert not (tmp_path / "out").exists()
 
