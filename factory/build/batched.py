@@ -12,10 +12,11 @@
           on a WorldScene: a view of the CPU scene at that world's state
           ─► per control step: every live world's attempt runs, in attempt order, up to its
              next action (source choice, retargeted targets, noise from its own seed: the CPU
-             generator's own code) ─► one batched control step of all worlds ─► MuJoCo Warp's
-             kinematics of every world's new state, the frames the attempts ask for (the grip
-             site, the objects' bodies) gathered on the device ─► every world's state and
-             frames copied from the device in one transfer each ─► the finished worlds masked
+             generator's own code) ─► one batched control step of all worlds ─► the frames
+             the attempts ask for (the grip site, the objects' bodies) gathered on the device
+             as the last substep's step1 left them (where the CPU path reads them) ─► every
+             world's state and frames copied from the device in one transfer each ─► the
+             finished worlds masked
 
 The CPU generator's rollout is sequential code that asks the scene between actions (the hand's
 pose, an object's pose at a subtask boundary, a predicate); rewriting it batched would be a
@@ -26,9 +27,15 @@ resumes a world, the world runs until it asks to step (WorldScene.step) or its a
 What a world asks every control step is answered from its frames as the device computed them
 (WorldScene.eef_pose, object_pose, proprio), and so are the kinematic predicates (lifted, near,
 opened, joint: `Scene.kinematic_holds` on the world's frames and joint positions), compositions
-included. The predicates that need contacts or surface distances (grasped, contact, touching,
-on_top, inside, on_peg, robosuite's own success checks) load the world's state into the CPU
-scene and ask its own methods: CPU MuJoCo's collision detection (mj_forward) and
+included. After the CPU path's control step, CPU MuJoCo's data holds positions and contacts
+computed at the last substep's start (mj_step1 computes them, mj_step2 moves the state on), and
+its generator reads them there; MuJoCo Warp's data after a batched step holds the same, and a
+world loaded on the host gets its positions there too (`Scene.set_state(positions=)`,
+`BatchedOSC.positions_qpos`).
+
+The predicates that need contacts or surface distances (grasped, contact, touching, on_top,
+inside, on_peg, robosuite's own success checks) load the world's state into the CPU scene and
+ask its own methods: CPU MuJoCo's collision detection (mj_forward) and
 mj_geomDistance, on the host. They are asked at a subtask's end and over the task's last
 `success_hold_steps`, not every step.
 
