@@ -259,11 +259,11 @@ class BatchedWorlds:
 class WorldFrames:
     """Where some bodies and sites are in every world (what `Scene.eef_pose`, `object_pose`
     and `proprio` read), gathered on the device into one [N, k, 12] array and copied in one
-    transfer. After a control step the bodies' and
-    sites' positions on the device are those of the state before the last integration (step1
-    computes them, step2 moves the state on), as CPU MuJoCo's are after the CPU path's control
-    step, which is what its queries read: `read(kinematics=False)` gathers those; `read()`
-    first recomputes them for the state now (after a reset or a restore: mj_forward's)."""
+    transfer. After a control step the bodies' and sites' positions on the device are those
+    of the state before the last integration (step1 computes them, step2 moves the state on),
+    as CPU MuJoCo's are after the CPU path's control step, which is what its queries read:
+    `read(kinematics=False)` gathers those; `read()` first recomputes them for the state now
+    (after a reset or a restore: mj_forward's)."""
 
     def __init__(self, worlds: BatchedWorlds, bodies: Sequence[int], sites: Sequence[int]):
         wp = worlds.warp
