@@ -266,8 +266,11 @@ class WorldFrames:
     (after a reset or a restore: mj_forward's)."""
 
     def __init__(self, worlds: BatchedWorlds, bodies: Sequence[int], sites: Sequence[int]):
+        from demofactory.simulation import mjwarp_kernels
+
         wp = worlds.warp
         self.worlds, self.nbody = worlds, len(bodies)
+        self._gather = mjwarp_kernels.gather_frames
         with wp.ScopedDevice(worlds.device):
             self._bodies = wp.array(np.asarray(bodies, dtype=np.int32), dtype=int)
             self._sites = wp.array(np.asarray(sites, dtype=np.int32), dtype=int)
@@ -277,15 +280,13 @@ class WorldFrames:
         """(positions [N, k, 3], rotations [N, k, 3, 3]), float64: the bodies given, then the
         sites, in their order, in every world; `kinematics`: computed for the state now
         first, else as the last step left them."""
-        from demofactory.simulation import mjwarp_kernels
-
         worlds, wp = self.worlds, self.worlds.warp
         d = worlds.wdata
         with wp.ScopedDevice(worlds.device):
             if kinematics:
                 worlds.mjw.kinematics(worlds.wmodel, d)
             wp.launch(
-                mjwarp_kernels.gather_frames,
+                self._gather,
                 dim=self._out.shape[:2],
                 inputs=[d.xpos, d.xmat, d.site_xpos, d.site_xmat, self._bodies, self._sites],
                 outputs=[self._out],
