@@ -392,6 +392,10 @@ def host_share(spec_path: Path, attempts: int, device: str) -> dict:
             "host_queries": round(1e3 * h(reference), 4),
         },
         "ratio": round(h(timing) / h(reference), 3),
+        # simple predicates the device could not answer (a state load each), per world-step
+        "host_leaves_per_world_step": round(
+            timing["host_leaves"] / max(timing["world_steps"], 1), 5
+        ),
         "cpu_path_per_control_step_ms": round(1e3 * c, 4),
         "rho": {
             "device_frames": round(h(timing) / c, 4),

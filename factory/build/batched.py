@@ -25,19 +25,22 @@ thread, and exactly one thread runs at a time (a hand-off, not parallelism): the
 resumes a world, the world runs until it asks to step (WorldScene.step) or its attempt ends.
 
 What a world asks every control step is answered from its frames as the device computed them
-(WorldScene.eef_pose, object_pose, proprio), and so are the kinematic predicates (lifted, near,
-opened, joint: `Scene.kinematic_holds` on the world's frames and joint positions), compositions
-included. After the CPU path's control step, CPU MuJoCo's data holds positions and contacts
-computed at the last substep's start (mj_step1 computes them, mj_step2 moves the state on), and
-its generator reads them there; MuJoCo Warp's data after a batched step holds the same, and a
-world loaded on the host gets its positions there too (`Scene.set_state(positions=)`,
-`BatchedOSC.positions_qpos`).
+(WorldScene.eef_pose, object_pose, proprio), and so are the task's predicates, one code path
+with the CPU scene's (`Scene.leaf_holds` on a world's `_WorldReads`): the kinematic ones
+(lifted, near, opened, joint) and inside, on_peg on its frames, joint positions and the model's
+geometry; grasped, touching, contact, on_top on its contacts (its rows of MuJoCo Warp's contact
+list) and surface distances (MuJoCo Warp's GJK/EPA), computed on the device for the world that
+asks (`mjwarp.WorldContacts`). After the CPU path's control step, CPU MuJoCo's data holds
+positions and contacts computed at the last substep's start (mj_step1 computes them, mj_step2
+moves the state on), and its generator reads them there; MuJoCo Warp's data after a batched
+step holds the same, and a world loaded on the host gets its positions there too
+(`Scene.set_state(positions=)`, `BatchedOSC.positions_qpos`).
 
-The predicates that need contacts or surface distances (grasped, contact, touching, on_top,
-inside, on_peg, robosuite's own success checks) load the world's state into the CPU scene and
-ask its own methods: CPU MuJoCo's collision detection (mj_forward) and
-mj_geomDistance, on the host. They are asked at a subtask's end and over the task's last
-`success_hold_steps`, not every step.
+What the device cannot answer loads the world's state into the CPU scene and asks its own
+methods: robosuite's own success checks, and the contact and distance predicates before the
+batch's first step and for the rest of a step after a restore (`_Batch.fresh`) or on a geom
+MuJoCo Warp's convex collision does not take (mjwarp.CONVEX). The generator asks predicates at
+a subtask's end and over the task's last `success_hold_steps`, not every step.
 
 A `physics:` section's draws act per world, as `ShardWorker.run_attempt` applies them on the
 CPU path: the model values a draw changes (friction, masses, sizes, joint damping and
@@ -85,6 +88,12 @@ from demofactory.simulation.scene import KINEMATIC_PREDICATES, Snapshot, proprio
 # these (ShardWorker.run_shard), and the layers test forbids the cycle.
 
 FALLBACK = "set generation.backend: cpu"
+# Simple predicates world by world on the device's arrays (_Batch.on_device): on frames and
+# joint positions, with the model's geometry...
+GEOMETRY_PREDICATES = frozenset({"inside", "on_peg"})
+FRAME_PREDICATES = KINEMATIC_PREDICATES | GEOMETRY_PREDICATES
+# ... and on contacts and surface distances (while the device's are the last step's)
+CONTACT_PREDICATES = frozenset({"grasped", "contact", "touching", "on_top"})
 EEF = "<grip site>"  # DeviceBatch.slots: the grip site's frame, beside the objects' bodies
 
 
@@ -213,25 +222,44 @@ class _Batch:
         self.states, (self.pos, self.mat), self.positions = device_batch.read()
         self.marks = [s.marks for s in starts]
         self.loaded: int | None = None
-        self.closed = np.zeros(len(self.states), dtype=bool)  # Scene.gripper_closed per world
+        n = len(self.states)
+        # Scene.gripper_closed per world: unknown (None) after the reset, as on the CPU path
+        self.closed: list[bool | None] = [None] * n
+        # Whether a world's contacts and geom positions on the device are where its frames
+        # are (the last control step's): not before the first step (MuJoCo Warp's data holds
+        # the first world's start then), nor, for the rest of a step, after a restore (its
+        # device kinematics moved every world's geoms to the state now).
+        self.fresh = np.zeros(n, dtype=bool)
+        self.reads = [_WorldReads(self, w) for w in range(n)]
+        self.host_leaves = 0  # simple predicates answered by the CPU scene (a state load)
 
     def load(self, w: int) -> None:
         if self.loaded != w:
             if self.physics is not None:
                 self.physics.apply(w)
             self.scene.set_state(self.states[w], positions=self.positions[w])
-            self.scene.gripper_closed = bool(self.closed[w])
+            self.scene.gripper_closed = self.closed[w]
             self.scene._start_z, self.scene._start_q = self.marks[w]
             self.loaded = w
 
     def refresh(self, read: tuple) -> None:
+        """Every world as a control step left it (`DeviceBatch.step`)."""
         self.states, (self.pos, self.mat), self.positions = read
         self.loaded = None
+        self.fresh[:] = True
+        for reads in self.reads:
+            reads.contacts = None
 
     def restore(self, w: int, snap: Snapshot) -> None:
-        """World w back to `snap` (DeviceBatch.restore), its state and frames read again."""
+        """World w back to `snap` (DeviceBatch.restore), its state and frames read again; the
+        other worlds' stay as the last step left them (what their queries read this step)."""
         self.device.restore(w, snap)
-        self.refresh(self.device.read())
+        states, (pos, mat), positions = self.device.read()
+        self.states[w], self.pos[w], self.mat[w] = states[w], pos[w], mat[w]
+        self.positions[w] = positions[w]
+        if self.loaded == w:
+            self.loaded = None
+        self.fresh[:] = False
 
     def frame(self, w: int, slot: str) -> tuple[np.ndarray, np.ndarray]:
         """World w's position [3] and rotation [3, 3] of an object's body (by its spec name)
@@ -240,16 +268,71 @@ class _Batch:
         return self.pos[w, i], self.mat[w, i]
 
     def leaf_holds(self, w: int, leaf: Predicate) -> bool:
-        """A simple predicate in world w: a kinematic one on the device's values; the others
-        (contacts, surface distances, a cavity's walls) by the CPU scene on w's state."""
+        """A simple predicate in world w, on what the device computed (`_WorldReads`: its
+        frames, joint positions, contacts and surface distances) where it can be; else by the
+        CPU scene on w's state (`on_device`)."""
         scene = self.scene
-        if leaf.name in KINEMATIC_PREDICATES:
-            qpos = self.states[w, 1 : 1 + scene.model.nq]
-            return scene.kinematic_holds(
-                leaf, lambda obj: self.frame(w, obj)[0], qpos, self.marks[w]
-            )
+        if self.on_device(w, leaf):
+            if leaf.name in GEOMETRY_PREDICATES and self.physics is not None:
+                # the objects' geometry under w's draw (a cavity's walls, a peg's top)
+                self.physics.apply(w)
+                if self.loaded != w:
+                    self.loaded = None
+            return scene.leaf_holds(leaf, self.reads[w])
         self.load(w)
+        self.host_leaves += 1
         return scene._leaf_holds(leaf)
+
+    def on_device(self, w: int, leaf: Predicate) -> bool:
+        """Whether world w's arrays on the device answer `leaf`: the kinematic ones and
+        `inside`/`on_peg` (frames and the model's geometry) always; those reading contacts or
+        surface distances while they are the last step's (`fresh`) and every geom their
+        distances take is one MuJoCo Warp's convex collision takes (mjwarp.CONVEX)."""
+        if leaf.name in FRAME_PREDICATES:
+            return True
+        if leaf.name not in CONTACT_PREDICATES or not self.fresh[w]:
+            return False
+        covers = self.device.contacts.covers
+        return all(covers(a | b) for a, b in self.scene.distance_sets(leaf))
+
+
+class _WorldReads:
+    """`scene.Reads` of world w of a batch: its frames and joint positions as copied from the
+    device after the last control step, its contacts and surface distances computed on the
+    device when asked (`mjwarp.WorldContacts`; its contact pairs kept until the next step)."""
+
+    def __init__(self, batch: _Batch, w: int):
+        self._batch, self._w = batch, w
+        self.contacts: np.ndarray | None = None  # [k, 2] geom pairs, this step's
+
+    @property
+    def qpos(self) -> np.ndarray:
+        return self._batch.states[self._w, 1 : 1 + self._batch.scene.model.nq]
+
+    @property
+    def marks(self) -> tuple[dict, dict]:
+        return self._batch.marks[self._w]
+
+    @property
+    def closed(self) -> bool | None:
+        return self._batch.closed[self._w]
+
+    def position(self, obj: str) -> np.ndarray:
+        return self._batch.frame(self._w, obj)[0]
+
+    def rotation(self, obj: str) -> np.ndarray:
+        return self._batch.frame(self._w, obj)[1]
+
+    def touching(self, geoms: frozenset[int]) -> set[int]:
+        """As `Scene._touching`, of the world's contacts on the device."""
+        if self.contacts is None:
+            self.contacts = self._batch.device.contacts.contacts(self._w)
+        g1, g2 = self.contacts[:, 0], self.contacts[:, 1]
+        ids = np.fromiter(geoms, dtype=np.int64, count=len(geoms))
+        return set(g2[np.isin(g1, ids)].tolist()) | set(g1[np.isin(g2, ids)].tolist())
+
+    def distance(self, a: frozenset[int], b: frozenset[int], cap: float) -> float:
+        return self._batch.device.contacts.distance(self._w, a, b, cap)
 
 
 class DeviceBatch:
@@ -288,6 +371,8 @@ class DeviceBatch:
         self.frames = mjwarp.WorldFrames(
             self.worlds, [scene.bodies[name] for name in names], [scene._eef_site]
         )
+        # the contact and distance predicates' reads, computed for the world that asks
+        self.contacts = mjwarp.WorldContacts(self.worlds)
 
     def read(self, stepped: bool = False) -> tuple:
         """(states, frames, positions): every world's state [N, 1 + nq + nv], its frames
@@ -468,7 +553,8 @@ def run_batch(
     `device_s` (the batched control steps and the copies of every world's state from the
     device), `host_s` (every world's attempt logic and predicates, on this core), `setup_s`,
     and `control_steps` and `world_steps` (live worlds summed over control steps): what the
-    throughput model calls h is host_s / world_steps (docs/cluster.md)."""
+    throughput model calls h is host_s / world_steps (docs/cluster.md); `host_leaves`, the
+    simple predicates the device could not answer (each loaded its world's state on the host)."""
     started = time.perf_counter()
     why = unsupported(worker.spec)
     if why is not None:
@@ -524,7 +610,7 @@ def run_batch(
             clock["world_steps"] += int((~done).sum())
     finally:
         if timing is not None:
-            timing.update(clock)
+            timing.update(clock, host_leaves=batch.host_leaves)
         for turn in turns:  # a thread still waiting (an error above) is released to end
             if not turn.finished:
                 turn.abort = True

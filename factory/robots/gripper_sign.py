@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import mujoco
 import numpy as np
+from demofactory.robots.geom_distance import surface_distance
 
 
 class Hand(Protocol):
@@ -48,6 +49,7 @@ class Hand(Protocol):
 # command moves 0.01 a step; UR5e and Kinova3 5.3 cm before demofactory.robots.gripper_fixes, more
 # since).
 PROBE_STEPS = 8
+PAD_DISTMAX = 1.0  # metres: finger pads further apart read this
 
 _SIGNS: dict[str, int] = {}  # gripper class name -> closing sign, measured once per process
 
@@ -83,27 +85,13 @@ def measure_closing_sign(scene: Hand) -> int:
 
 
 def pad_gap(scene: Hand) -> float:
-    """Smallest surface distance between the left and right finger pads now (m)."""
+    """Smallest surface distance between the left and right finger pads now (m).
+
+    Through `geom_distance.surface_distance`: MuJoCo 3.9's `mj_geomDistance` reads exactly 0
+    for some box pairs far apart (measured on the Jaco's index and thumb pads: at reset, 2.7 cm
+    apart; while closing, 8.6 cm apart by their centres), which made that hand look shut when
+    open (mujoco#3383)."""
     left, right = scene.finger_pads()
-    pairs = [(a, b) for a in left for b in right]
-    gaps = [g for a, b in pairs if (g := geom_gap(scene.model, scene.data, a, b)) is not None]
-    if gaps:
-        return min(gaps)
-    xpos = scene.data.geom_xpos  # no reading: the pad centres' distance, an upper bound
-    return min(float(np.linalg.norm(xpos[a] - xpos[b])) for a, b in pairs)
-
-
-def geom_gap(model: mujoco.MjModel, data: mujoco.MjData, a: int, b: int) -> float | None:
-    """Signed surface distance between geoms a and b (m; negative: penetrating), None when
-    MuJoCo gives no reading.
-
-    MuJoCo 3.9's `mj_geomDistance` returns exactly 0 for some box pairs far apart (measured on
-    the Jaco's index and thumb pads: at reset, 2.7 cm apart by its own from-to points; while
-    closing, with no from-to points at all, 8.6 cm apart by their centres), which made that hand
-    look shut when open: then the from-to segment's length, or no reading."""
-    fromto = np.zeros(6)
-    distance = mujoco.mj_geomDistance(model, data, a, b, 1.0, fromto)
-    if distance != 0.0:
-        return float(distance)
-    length = float(np.linalg.norm(fromto[3:] - fromto[:3]))
-    return length if length > 0.0 else None
+    return min(
+        surface_distance(scene.model, scene.data, a, b, PAD_DISTMAX) for a in left for b in right
+    )

@@ -296,6 +296,128 @@ class WorldFrames:
         return frames[..., :3], frames[..., 3:].reshape(n, k, 3, 3)
 
 
+# Geom types MuJoCo Warp's convex collision (GJK/EPA) takes; a pair with another (a plane, a
+# height field, an SDF) has no distance on the device (WorldContacts.covers).
+CONVEX = frozenset(
+    {
+        mujoco.mjtGeom.mjGEOM_SPHERE,
+        mujoco.mjtGeom.mjGEOM_CAPSULE,
+        mujoco.mjtGeom.mjGEOM_ELLIPSOID,
+        mujoco.mjtGeom.mjGEOM_CYLINDER,
+        mujoco.mjtGeom.mjGEOM_BOX,
+        mujoco.mjtGeom.mjGEOM_MESH,
+    }
+)
+
+
+class WorldContacts:
+    """What the contact and distance predicates read of one world, computed on the device
+    where the world's geoms are now (after a control step: where its last step1 put them, as
+    CPU MuJoCo's data holds them after the CPU path's step): the geom pairs in contact
+    (`contacts`: MuJoCo Warp's own contact list, the world's rows) and the surface distance
+    between two geom sets (`distance`: MuJoCo Warp's GJK/EPA, a thread a pair, as CPU MuJoCo's
+    mj_geomDistance). One launch and one small copy each, for the world that asks."""
+
+    def __init__(self, worlds: BatchedWorlds):
+        from demofactory.simulation import mjwarp_kernels
+
+        wp = worlds.warp
+        self.worlds, self._k = worlds, mjwarp_kernels
+        self._types = worlds.model.geom_type
+        d = worlds.wdata
+        with wp.ScopedDevice(worlds.device):
+            self._count = wp.zeros(1, dtype=int)
+            self._pairs_out = wp.zeros(d.naconmax, dtype=wp.vec2i)
+        self._sets: dict[tuple[frozenset, frozenset], object] = {}  # geom pairs on the device
+        self._rows = 0  # EPA scratch rows allocated (one a pair)
+
+    def covers(self, geoms) -> bool:
+        """Whether every geom of `geoms` has a distance on the device (a convex type)."""
+        return all(int(self._types[g]) in CONVEX for g in geoms)
+
+    def contacts(self, w: int) -> np.ndarray:
+        """[k, 2] geom ids of world w's contacts (CPU MuJoCo's data.contact.geom), any order."""
+        worlds, wp = self.worlds, self.worlds.warp
+        d = worlds.wdata
+        with wp.ScopedDevice(worlds.device):
+            self._count.zero_()
+            wp.launch(
+                self._k.world_contacts,
+                dim=d.naconmax,
+                inputs=[d.nacon, d.contact.geom, d.contact.worldid, d.contact.type, w],
+                outputs=[self._count, self._pairs_out],
+            )
+            n = int(self._count.numpy()[0])
+            return self._pairs_out.numpy()[:n].reshape(n, 2)
+
+    def distance(self, w: int, a: frozenset, b: frozenset, cap: float) -> float:
+        """Smallest signed surface distance between geom sets a and b in world w, as
+        `Scene._distance` (more than `cap`: some value over it). Every geom convex (`covers`)."""
+        if not a or not b:
+            return cap + 1.0
+        worlds, wp = self.worlds, self.worlds.warp
+        m, d = worlds.wmodel, worlds.wdata
+        key = (a, b)
+        with wp.ScopedDevice(worlds.device):
+            pairs = self._sets.get(key)
+            if pairs is None:
+                ids = np.array([(g, h) for g in sorted(a) for h in sorted(b)], dtype=np.int32)
+                pairs = self._sets[key] = wp.array(ids, dtype=wp.vec2i)
+            if pairs.shape[0] > self._rows:
+                self._scratch(pairs.shape[0])
+            out = wp.empty(pairs.shape[0], dtype=float)
+            wp.launch(
+                self._k.geom_distances,
+                dim=pairs.shape[0],
+                inputs=[
+                    m.geom_type,
+                    m.geom_dataid,
+                    m.geom_size,
+                    m.mesh_vertadr,
+                    m.mesh_vertnum,
+                    m.mesh_graphadr,
+                    m.mesh_vert,
+                    m.mesh_graph,
+                    m.mesh_polynum,
+                    m.mesh_polyadr,
+                    m.mesh_polynormal,
+                    m.mesh_polyvertadr,
+                    m.mesh_polyvertnum,
+                    m.mesh_polyvert,
+                    m.mesh_polymapadr,
+                    m.mesh_polymapnum,
+                    m.mesh_polymap,
+                    m.opt.ccd_tolerance,
+                    m.opt.ccd_iterations,
+                    d.geom_xpos,
+                    d.geom_xmat,
+                    w,
+                    pairs,
+                    cap + 1.0,
+                    *self._epa,
+                ],
+                outputs=[out],
+            )
+            return min(float(out.numpy().min()), cap + 1.0)
+
+    def _scratch(self, rows: int) -> None:
+        """EPA's work arrays, a row a pair (sized as MuJoCo Warp's narrowphase sizes them)."""
+        from mujoco_warp._src.types import MJ_MAX_EPAFACES, MJ_MAX_EPAHORIZON
+
+        wp = self.worlds.warp
+        it = self.worlds.wmodel.opt.ccd_iterations
+        verts, faces = 10 + 2 * it, 6 + MJ_MAX_EPAFACES * it
+        self._epa = [
+            wp.empty((rows, verts), dtype=wp.vec3),
+            wp.empty((rows, verts), dtype=int),
+            wp.empty((rows, faces), dtype=int),
+            wp.empty((rows, faces), dtype=wp.vec3),
+            wp.empty((rows, faces), dtype=float),
+            wp.empty((rows, MJ_MAX_EPAHORIZON), dtype=int),
+        ]
+        self._rows = rows
+
+
 def _item_shape(dtype) -> tuple[int, ...]:
     """The numpy shape of one item of a warp dtype: () for float, (3,) for vec3, (3, 3)..."""
     return tuple(getattr(dtype, "_shape_", ()))

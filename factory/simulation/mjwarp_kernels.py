@@ -269,3 +269,114 @@ def set_columns(
     """ctrl[w, columns[j]] = values[w, j], clipped to [low[j], high[j]] (the gripper's)."""
     w, j = wp.tid()
     ctrl[w, columns[j]] = wp.clamp(values[w, j], low[j], high[j])
+
+
+# The contact and distance predicates' reads (mjwarp.WorldContacts). The distance is MuJoCo
+# Warp's own convex collision (GJK, EPA when penetrating: what its narrowphase calls, and what
+# mj_geomDistance computes on the CPU); its geom setup and `ccd` are in mujoco_warp's private
+# modules, which the gpu extra pins (pyproject.toml), as no public function of MuJoCo Warp 3.9
+# gives one pair's distance.
+from mujoco_warp._src.collision_core import geom_collision_pair  # noqa: E402
+from mujoco_warp._src.collision_gjk import ccd  # noqa: E402
+
+
+@wp.kernel
+def geom_distances(
+    geom_type: wp.array(dtype=int),
+    geom_dataid: wp.array2d(dtype=int),
+    geom_size: wp.array2d(dtype=wp.vec3),
+    mesh_vertadr: wp.array(dtype=int),
+    mesh_vertnum: wp.array(dtype=int),
+    mesh_graphadr: wp.array(dtype=int),
+    mesh_vert: wp.array(dtype=wp.vec3),
+    mesh_graph: wp.array(dtype=int),
+    mesh_polynum: wp.array(dtype=int),
+    mesh_polyadr: wp.array(dtype=int),
+    mesh_polynormal: wp.array(dtype=wp.vec3),
+    mesh_polyvertadr: wp.array(dtype=int),
+    mesh_polyvertnum: wp.array(dtype=int),
+    mesh_polyvert: wp.array(dtype=int),
+    mesh_polymapadr: wp.array(dtype=int),
+    mesh_polymapnum: wp.array(dtype=int),
+    mesh_polymap: wp.array(dtype=int),
+    ccd_tolerance: wp.array(dtype=float),
+    iterations: int,
+    geom_xpos: wp.array2d(dtype=wp.vec3),
+    geom_xmat: wp.array2d(dtype=wp.mat33),
+    world: int,
+    pairs: wp.array(dtype=wp.vec2i),
+    cutoff: float,
+    epa_vert: wp.array2d(dtype=wp.vec3),
+    epa_vert_index: wp.array2d(dtype=int),
+    epa_face: wp.array2d(dtype=int),
+    epa_pr: wp.array2d(dtype=wp.vec3),
+    epa_norm2: wp.array2d(dtype=float),
+    epa_horizon: wp.array2d(dtype=int),
+    out: wp.array(dtype=float),
+):  # pragma: no cover - compiled
+    """out[p] = the signed surface distance (negative: penetrating) of geom pair p in `world`,
+    where its geoms are on the device now; beyond `cutoff`, some value over it. A thread a
+    pair, each with its own EPA scratch row."""
+    p = wp.tid()
+    geoms = pairs[p]
+    geom1, geom2 = geom_collision_pair(
+        geom_type,
+        geom_dataid,
+        geom_size,
+        mesh_vertadr,
+        mesh_vertnum,
+        mesh_graphadr,
+        mesh_vert,
+        mesh_graph,
+        mesh_polynum,
+        mesh_polyadr,
+        mesh_polynormal,
+        mesh_polyvertadr,
+        mesh_polyvertnum,
+        mesh_polyvert,
+        mesh_polymapadr,
+        mesh_polymapnum,
+        mesh_polymap,
+        geom_xpos,
+        geom_xmat,
+        geoms,
+        world,
+    )
+    dist, ncon, x1, x2, face = ccd(
+        ccd_tolerance[world % ccd_tolerance.shape[0]],
+        cutoff,
+        iterations,
+        iterations,
+        geom1,
+        geom2,
+        geom_type[geoms[0]],
+        geom_type[geoms[1]],
+        geom1.pos,
+        geom2.pos,
+        epa_vert[p],
+        epa_vert_index[p],
+        epa_face[p],
+        epa_pr[p],
+        epa_norm2[p],
+        epa_horizon[p],
+    )
+    out[p] = dist
+
+
+@wp.kernel
+def world_contacts(
+    nacon: wp.array(dtype=int),
+    contact_geom: wp.array(dtype=wp.vec2i),
+    contact_worldid: wp.array(dtype=int),
+    contact_type: wp.array(dtype=int),
+    world: int,
+    count: wp.array(dtype=int),
+    out: wp.array(dtype=wp.vec2i),
+):  # pragma: no cover - compiled
+    """out[:count] = the geom pairs of `world`'s contacts (those for the constraint solver, as
+    CPU MuJoCo's data.contact holds them), in no particular order; `count` zeroed before."""
+    c = wp.tid()
+    if c >= nacon[0] or contact_worldid[c] != world or (contact_type[c] & 1) == 0:
+        return
+    slot = wp.atomic_add(count, 0, 1)
+    out[slot] = contact_geom[c]

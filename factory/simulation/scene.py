@@ -13,8 +13,9 @@ from __future__ import annotations
 
 # MUJOCO_GL's default was set when the `factory` package was imported (factory/_gl.py).
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import mujoco
 import numpy as np
@@ -25,6 +26,7 @@ from demofactory.generators.predicates import HAND, Predicate, parse_predicate
 # The layouts and Placement belong to the generators' scene protocol, which this Scene implements.
 from demofactory.generators.scene_api import ACTION_LAYOUT, PROPRIO_LAYOUT, Placement  # noqa: F401
 from demofactory.robots import repairs as robot_repairs
+from demofactory.robots.geom_distance import surface_distance
 from demofactory.robots.gripper_sign import closing_sign
 from demofactory.simulation.physics import PhysicsDraw, PhysicsTargets, ScenePhysics
 from demofactory.specs.arms import robot_list
@@ -43,8 +45,62 @@ RAY_LIFT = 0.01  # metres above an object's bottom its downward rays start (`sup
 RAY_SPACING = 0.01  # metres between the rays of `support_heights`
 FLAT = 0.01  # metres: surfaces this close in height are one flat support (`Scene.place_shift`)
 # The predicates read off positions alone (bodies' positions, joint positions), no contacts or
-# distances between surfaces: `Scene.kinematic_holds` decides them on any such values.
+# distances between surfaces.
 KINEMATIC_PREDICATES = frozenset({"lifted", "near", "opened", "joint"})
+
+
+class Reads(Protocol):
+    """What a predicate's leaf reads of a state (`Scene.leaf_holds`): of the CPU scene's data
+    (`DataReads`), or of a MuJoCo Warp world's arrays on the device (demofactory.build.batched).
+
+    `position`/`rotation`: an object's body frame, by its spec name; `qpos`: the joint
+    positions; `marks`: the start heights and joint positions (`Scene.mark_start`);
+    `closed`: whether the hand is commanded closed (None: unknown); `touching`: the geoms in
+    contact with any of `geoms`; `distance`: the smallest signed surface distance between two
+    geom sets (over `cap`: some value over it)."""
+
+    qpos: np.ndarray
+    marks: tuple[dict, dict]
+    closed: bool | None
+
+    def position(self, obj: str) -> np.ndarray: ...
+
+    def rotation(self, obj: str) -> np.ndarray: ...
+
+    def touching(self, geoms: frozenset[int]) -> set[int]: ...
+
+    def distance(self, a: frozenset[int], b: frozenset[int], cap: float) -> float: ...
+
+
+class DataReads:
+    """`Reads` of the CPU scene's MjData, as its last mj_forward (or step) left it."""
+
+    def __init__(self, scene: Scene):
+        self._scene = scene
+
+    @property
+    def qpos(self) -> np.ndarray:
+        return self._scene.data.qpos
+
+    @property
+    def marks(self) -> tuple[dict, dict]:
+        return self._scene._start_z, self._scene._start_q
+
+    @property
+    def closed(self) -> bool | None:
+        return self._scene.gripper_closed
+
+    def position(self, obj: str) -> np.ndarray:
+        return self._scene.data.xpos[self._scene.bodies[obj]]
+
+    def rotation(self, obj: str) -> np.ndarray:
+        return self._scene.data.xmat[self._scene.bodies[obj]].reshape(3, 3)
+
+    def touching(self, geoms: frozenset[int]) -> set[int]:
+        return self._scene._touching(geoms)
+
+    def distance(self, a: frozenset[int], b: frozenset[int], cap: float) -> float:
+        return self._scene._distance(a, b, cap)
 
 
 def proprio_of(site_pos: np.ndarray, site_mat: np.ndarray, gripper_q: np.ndarray) -> np.ndarray:
@@ -209,6 +265,7 @@ class Scene:
             for group in ("left_fingerpad", "right_fingerpad")
         ]
         self._start_z: dict[str, float] = {}
+        self._reads = DataReads(self)  # what `holds` reads: this scene's data
         self._closing: tuple[float | None, np.ndarray] | None = None  # see _closing_geometry
         self._fingers = [
             {
@@ -878,61 +935,68 @@ class Scene:
         p = parse_predicate(predicate) if isinstance(predicate, str) else predicate
         return p.evaluate(self._leaf_holds)
 
-    def kinematic_holds(
-        self,
-        p: Predicate,
-        position: Callable[[str], np.ndarray],
-        qpos: np.ndarray,
-        marks: tuple[dict, dict],
-    ) -> bool:
-        """A leaf of KINEMATIC_PREDICATES on given values, not on this scene's data: `position`
-        an object's body position [3] by name, `qpos` the joint positions, `marks` the start
-        heights and joint positions (`mark_start`). What `holds` asks of these leaves; a
-        batch of MuJoCo Warp worlds asks it of each world's values computed on the device."""
-        start_z, start_q = marks
+    def leaf_holds(self, p: Predicate, reads: Reads) -> bool:
+        """A simple predicate (no composition) on the state `reads` reads: this scene's own
+        data (`_leaf_holds`), or a MuJoCo Warp world's arrays on the device. Only what a state
+        holds is read there; the objects' geometry is this scene's model's (`_cavity`,
+        `_local_boxes`)."""
         if p.name == "lifted":
             obj = p.objects[0]
-            return position(obj)[2] - start_z.get(obj, np.inf) >= p.params[0]
+            return reads.position(obj)[2] - reads.marks[0].get(obj, np.inf) >= p.params[0]
         if p.name in ("opened", "joint"):
             obj = p.objects[0]
-            value = float(qpos[self._joint_qpos(obj)])
+            value = float(reads.qpos[self._joint_qpos(obj)])
             if p.name == "opened":
-                return abs(value - start_q.get(obj, value)) >= p.params[0]
+                return abs(value - reads.marks[1].get(obj, value)) >= p.params[0]
             return p.params[0] <= value <= p.params[1]
         if p.name == "near":
-            a, b = (position(o) for o in p.objects)
+            a, b = (reads.position(o) for o in p.objects)
             return float(np.linalg.norm(a - b)) < p.params[0]
-        raise ValueError(f"predicate {p.name!r} is not kinematic")
-
-    def _leaf_holds(self, p: Predicate) -> bool:
-        if p.name in KINEMATIC_PREDICATES:
-            return self.kinematic_holds(
-                p, self._body_position, self.data.qpos, (self._start_z, self._start_q)
-            )
-        if p.name == "success":
-            return self.success()
         if p.name == "grasped":
             # A closed hand is part of a grasp: open fingers straddling a handle touch it too.
-            return self.gripper_closed is not False and self._grasped(p.objects[0])
+            return reads.closed is not False and self._grasped(p.objects[0], reads=reads)
         if p.name == "contact":
-            return bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
+            return bool(reads.touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
         if p.name == "touching":
             # By distance, not MuJoCo's contacts alone: parts built into each other (a door and
             # its handle's shaft) always touch, which contact(), filtering parent and child, hides.
-            a, b = (self._hand if o == HAND else self._geoms[o] for o in p.objects)
-            return bool(self._touching(a) & b) or self._distance(a, b, TOUCH_MARGIN) <= TOUCH_MARGIN
-        a, b = (self.data.xpos[self.bodies[o]] for o in p.objects)
+            a, b = self.leaf_geoms(p)
+            if reads.touching(a) & b:
+                return True
+            return reads.distance(a, b, TOUCH_MARGIN) <= TOUCH_MARGIN
+        a, b = (reads.position(o) for o in p.objects)
         if p.name == "inside":
-            return self._inside(a, p.objects[1])
+            return self._inside(a, p.objects[1], reads)
         if p.name == "on_peg":
-            top = self._world_aabb(p.objects[1])[1][2]
+            top = self._world_aabb(p.objects[1], reads)[1][2]
             return bool(np.linalg.norm(a[:2] - b[:2]) < p.params[0] and a[2] < top)
         if p.name == "on_top":
             resting = a[2] > b[2] + 0.005 and np.linalg.norm(a[:2] - b[:2]) < 0.05
-            held = self._grasped(p.objects[0])
-            touching = bool(self._touching(self._geoms[p.objects[0]]) & self._geoms[p.objects[1]])
+            held = self._grasped(p.objects[0], reads=reads)
+            geoms = self._geoms[p.objects[0]]
+            touching = bool(reads.touching(geoms) & self._geoms[p.objects[1]])
             return bool(resting and touching and not held)
         raise ValueError(f"predicate {p.name!r} has no evaluation")
+
+    def leaf_geoms(self, p: Predicate) -> tuple[frozenset[int], ...]:
+        """The geom sets a leaf's objects name (`hand`: the gripper's collision geoms)."""
+        return tuple(self._hand if o == HAND else self._geoms[o] for o in p.objects)
+
+    def distance_sets(self, p: Predicate) -> list[tuple[frozenset[int], frozenset[int]]]:
+        """The geom set pairs whose surface distance a leaf reads (`Reads.distance`)."""
+        if p.name in ("grasped", "on_top"):
+            geoms = self._geoms[p.objects[0]]
+            fingers = getattr(self, "_hand_fingers", None)
+            hand = [self._pads[0], *fingers] if fingers else self._pads
+            return [(frozenset(f), geoms) for f in hand]
+        if p.name == "touching":
+            return [self.leaf_geoms(p)]
+        return []
+
+    def _leaf_holds(self, p: Predicate) -> bool:
+        if p.name == "success":
+            return self.success()
+        return self.leaf_holds(p, self._reads)
 
     def _check_joint_predicates(self) -> None:
         """opened/joint predicates must name an object that a hinge or slide joint moves."""
@@ -981,7 +1045,7 @@ class Scene:
             "(a door, a drawer, a handle)",
         )
 
-    def _inside(self, point: np.ndarray, container: str) -> bool:
+    def _inside(self, point: np.ndarray, container: str, reads: Reads | None = None) -> bool:
         """`point` is in the container's cavity: over its floor, within its walls, below its rim
         (+5 cm).
 
@@ -989,8 +1053,8 @@ class Scene:
         Computed in the container's own frame, so a turned bin still has its walls where they are.
         """
         lo, hi, floor_top = self._cavity(container)
-        bid = self.bodies[container]
-        local = self.data.xmat[bid].reshape(3, 3).T @ (point - self.data.xpos[bid])
+        reads = reads or self._reads
+        local = reads.rotation(container).T @ (point - reads.position(container))
         return bool(
             np.all(local[:2] > lo[:2])
             and np.all(local[:2] < hi[:2])
@@ -1023,40 +1087,39 @@ class Scene:
             boxes.append((centre - half, centre + half))
         return boxes
 
-    def _world_aabb(self, obj: str) -> tuple[np.ndarray, np.ndarray]:
+    def _world_aabb(self, obj: str, reads: Reads | None = None) -> tuple[np.ndarray, np.ndarray]:
         """World-frame bounding box of an object's collision geoms."""
-        bid = self.bodies[obj]
-        rot, pos = self.data.xmat[bid].reshape(3, 3), self.data.xpos[bid]
+        reads = reads or self._reads
+        rot, pos = reads.rotation(obj), reads.position(obj)
         corners = []
         for lo, hi in self._local_boxes(obj):
             for corner in np.array(np.meshgrid(*zip(lo, hi, strict=True))).T.reshape(-1, 3):
                 corners.append(pos + rot @ corner)
         return np.min(corners, axis=0), np.max(corners, axis=0)
 
-    def _grasped(self, obj: str, margin: float = GRASP_MARGIN) -> bool:
+    def _grasped(self, obj: str, margin: float = GRASP_MARGIN, reads: Reads | None = None) -> bool:
         """Both finger pads within `margin` of the object (contact, or nearly).
 
         A margin rather than strict contact: a demo recorded with a slightly larger
         object (robosuite draws Lift's cube size per model) leaves a sub-millimetre gap
         when its states are restored in our model.
         """
+        distance = (reads or self._reads).distance
+        geoms = self._geoms[obj]
         fingers = getattr(self, "_hand_fingers", None)
         if fingers:  # a multi-finger hand: its thumb and enough of its other fingers
-            geoms = self._geoms[obj]
-            if self._distance(self._pads[0], geoms, margin) > margin:
+            if distance(frozenset(self._pads[0]), geoms, margin) > margin:
                 return False
-            touching = sum(self._distance(f, geoms, margin) <= margin for f in fingers)
+            touching = sum(distance(frozenset(f), geoms, margin) <= margin for f in fingers)
             return touching >= HAND_GRASP_FINGERS
-        return all(self._distance(pads, self._geoms[obj], margin) <= margin for pads in self._pads)
+        return all(distance(frozenset(pads), geoms, margin) <= margin for pads in self._pads)
 
     def _distance(self, geoms_a, geoms_b, cap: float) -> float:
         """Smallest surface distance between two geom sets (negative when penetrating)."""
         best = cap + 1.0
         for a in geoms_a:
             for b in geoms_b:
-                best = min(
-                    best, mujoco.mj_geomDistance(self.model, self.data, a, b, cap + 1.0, None)
-                )
+                best = min(best, surface_distance(self.model, self.data, a, b, cap + 1.0))
         return best
 
     def _touching(self, geoms: frozenset[int]) -> set[int]:

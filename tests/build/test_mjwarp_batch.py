@@ -233,7 +233,7 @@ def test_each_worlds_poses_and_kinematic_predicates_come_from_the_device(resolve
             for v in worlds
         ]
         assert batch.loaded is None  # none of that loaded a state into the CPU scene
-        for w, view in enumerate(worlds):
+        for w in range(len(worlds)):
             # the CPU path's last step from the world's state before it: its grip site
             scene.set_state(before[0][w])
             hand.current_action = before[1][w].copy()
@@ -253,16 +253,99 @@ def test_each_worlds_poses_and_kinematic_predicates_come_from_the_device(resolve
                 worst[1] = max(worst[1], float(np.abs(mine - cpu).max()))
             assert ours[w][3:] == theirs[3:], (check, w)
             answers.append(ours[w][3:])
-            # a contact-and-distance predicate: the world's state in the CPU scene
-            batch.loaded = None
-            assert view.holds("grasped(cubeA)") == scene.holds("grasped(cubeA)")
-            assert batch.loaded == w
     print("grip site vs the CPU path's step, frames vs CPU kinematics, a substep's move", worst)
     assert worst[0] <= STEP_ATOL, worst
     assert worst[2] > 10 * STEP_ATOL, worst  # the bound tells the two readings apart
     # the predicates went both ways across the worlds and checks: the comparison could fail
     assert {a[0] for a in answers} == {True, False}
     assert all(a[2] for a in answers)
+
+
+# Surface distances on the device (MuJoCo Warp's GJK/EPA in float32) against CPU MuJoCo's
+# mj_geomDistance at the same positions: measured at worst 1.7e-07 m over the pads and cubes
+# of the four worlds below; a finger pad grasps within 3 mm (scene.GRASP_MARGIN).
+DISTANCE_ATOL = 5e-6
+CONTACT_LEAVES = [
+    "grasped(cubeA)",
+    "grasped(cubeB)",
+    "touching(hand, cubeA)",
+    "touching(hand, cubeB)",
+    "touching(cubeA, cubeB)",
+    "contact(cubeA, cubeB)",
+    "on_top(cubeA, cubeB)",
+    "inside(cubeA, cubeB)",
+    "on_peg(cubeA, cubeB, 0.03)",
+]
+
+
+def test_contact_and_distance_predicates_come_from_the_device(resolved):
+    """grasped, touching, contact, on_top (and inside, on_peg, on frames and the model's
+    geometry) are answered for each world from what MuJoCo Warp computed on the device: the
+    world's contacts (its rows of MuJoCo Warp's contact list) and surface distances (MuJoCo
+    Warp's GJK/EPA: mjwarp.WorldContacts), without loading its state into the CPU scene. They
+    are the CPU scene's answers at the world's state and positions. Four worlds start where a
+    CPU Stack attempt was at four moments (the hand empty, closing on cubeA, carrying it,
+    cubeA left on cubeB), so each answer goes both ways across them. Before the first step and
+    after a restore the device's contacts are not the frames' (`_Batch.fresh`): those leaves
+    go to the CPU scene then."""
+    import dataclasses
+
+    from demofactory.build.batched import DeviceBatch, WorldScene, _Batch, batch_starts
+    from demofactory.build.pipeline import ShardWorker
+    from demofactory.build.records import ShardTask
+
+    worker = ShardWorker(resolved.spec, resolved.demos, resolved.scene)
+    scene = worker.scene
+    task = ShardTask(0, (0,))
+    attempt = worker.run_attempt(task, 0)
+    assert attempt.success
+    states, actions = np.array(attempt.states), np.array(attempt.actions)
+    scene.gripper_closed = None  # as after a reset: the hand's command unknown
+    grasped = [scene.set_state(s) or scene.holds("grasped(cubeA)") for s in states]
+    first = grasped.index(True)
+    moments = [2, first - 2, first + (len(states) - first) // 3, len(states) - 1]
+    # each world's start: the attempt's state at that moment, its hand's command replayed
+    template = batch_starts(worker, task)[0]
+    starts = []
+    for k in moments:
+        data = mujoco.MjData(scene.model)
+        scene.set_state(states[k])
+        mujoco.mj_copyData(data, scene.model, scene.data)
+        hands = mjwarp.GripperCommands(scene._fast, 1, [template.hand])
+        for a in actions[:k]:
+            hands.ctrl(a[None])
+        starts.append(dataclasses.replace(template, data=data, hand=hands.hands[0]))
+    device = DeviceBatch(worker, starts, device="cpu")
+    batch = _Batch(device, starts)
+    worlds = [WorldScene(batch, w, None) for w in range(len(moments))]
+    before = [worlds[w].holds("grasped(cubeA)") for w in range(len(moments))]
+    assert batch.host_leaves == len(moments)  # before the first step: the CPU scene's
+    assert before == [grasped[k] for k in moments] == [False, False, True, False]
+    batch.refresh(device.step({w: actions[k] for w, k in enumerate(moments)}))
+    batch.loaded, batch.host_leaves = None, 0
+    ours = [[v.holds(leaf) for leaf in CONTACT_LEAVES] for v in worlds]
+    assert batch.host_leaves == 0 and batch.loaded is None  # no state loaded on the host
+    worst = 0.0
+    for w, answers in enumerate(ours):
+        scene.set_state(batch.states[w], positions=batch.positions[w])
+        scene._start_z, scene._start_q = batch.marks[w]
+        scene.gripper_closed = batch.closed[w]
+        theirs = [scene.holds(leaf) for leaf in CONTACT_LEAVES]
+        assert answers == theirs, (w, CONTACT_LEAVES, answers, theirs)
+        for pads in scene._pads:
+            for obj in ("cubeA", "cubeB"):
+                a, b = frozenset(pads), scene._geoms[obj]
+                mine = device.contacts.distance(w, a, b, 1.0)
+                worst = max(worst, abs(mine - scene._distance(a, b, 1.0)))
+    print("distance, device vs mj_geomDistance", worst)
+    assert worst <= DISTANCE_ATOL
+    columns = list(zip(*ours, strict=True))
+    for leaf in ("grasped(cubeA)", "touching(hand, cubeA)", "on_top(cubeA, cubeB)"):
+        assert set(columns[CONTACT_LEAVES.index(leaf)]) == {True, False}, leaf
+    # after a restore, every world's contact leaves go to the CPU scene until the next step
+    batch.restore(0, device.snapshot(0))
+    assert worlds[2].holds("grasped(cubeA)") == ours[2][0]
+    assert batch.host_leaves == 1 and batch.loaded == 2
 
 
 def test_a_world_restored_to_its_snapshot_steps_again_as_it_did(resolved):

@@ -118,3 +118,38 @@ def test_success_and_compositions_both_ways(stack):
         "all(on_top(cubeA, cubeB), grasped(cubeA))",
         "all(on_top(cubeA, cubeB), not(grasped(cubeA)))",
     ) == [True, False, True, False, True]
+
+
+def test_touching_is_not_fooled_by_mujocos_zero_distance(stack):
+    """MuJoCo 3.9's mj_geomDistance reads exactly 0.0 for some geoms centimetres apart
+    (google-deepmind/mujoco#3383; on this demo's states, the Panda hand's mesh and a finger
+    pad against a cube). `touching` and `grasped` read distances through
+    `geom_distance.surface_distance`, which checks each 0.0 against smaller `distmax`: every
+    such pair is found apart, as a reading bounded just above the 3 mm margin agrees."""
+    import mujoco
+    from demofactory.robots.geom_distance import TOLERANCE, surface_distance
+    from demofactory.simulation.scene import TOUCH_MARGIN
+
+    scene, demo = stack
+    found = []
+    for step in range(0, demo.length, 4):
+        scene.set_state(demo.states[step])
+        for h in sorted(scene._hand):
+            for obj in ("cubeA", "cubeB"):
+                for g in scene._geoms[obj]:
+                    raw = mujoco.mj_geomDistance(scene.model, scene.data, h, g, 1.0, None)
+                    bounded = mujoco.mj_geomDistance(
+                        scene.model, scene.data, h, g, TOUCH_MARGIN + 1e-6, None
+                    )
+                    if raw == 0.0 and bounded > TOUCH_MARGIN:
+                        found.append((step, h, obj, g))
+    assert len(found) >= 3, "the demo's states show MuJoCo's 0.0 (the bug this guards)"
+    for step, h, obj, g in found:
+        scene.set_state(demo.states[step])
+        fixed = surface_distance(scene.model, scene.data, h, g, 1.0)
+        assert fixed > TOUCH_MARGIN, (step, h, obj)
+        # the value is the pair's distance: no reading under it, one just above it
+        below = mujoco.mj_geomDistance(scene.model, scene.data, h, g, fixed - TOLERANCE, None)
+        assert below == pytest.approx(fixed - TOLERANCE)
+        near = scene._distance(frozenset({h}), scene._geoms[obj], TOUCH_MARGIN)
+        assert near > TOUCH_MARGIN
