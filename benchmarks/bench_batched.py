@@ -410,6 +410,79 @@ def host_share(spec_path: Path, attempts: int, device: str) -> dict:
     }
 
 
+def _named_geoms(model, prefixes: tuple[str, ...]) -> list[int]:
+    """Collision geoms of the bodies whose names start with one of `prefixes`."""
+    import mujoco
+
+    out = []
+    for g in range(model.ngeom):
+        body = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, int(model.geom_bodyid[g])) or ""
+        collides = model.geom_contype[g] or model.geom_conaffinity[g]
+        if collides and body.startswith(prefixes):
+            out.append(g)
+    return out
+
+
+def contacts_check(model, start, ctrl: np.ndarray, nworld: int, device: str, asks: int) -> dict:
+    """The contact and distance predicates' device reads (mjwarp.WorldContacts) against CPU
+    MuJoCo at the same joint positions: every world stepped through the trace's first control
+    steps, then recomputed at its state now on both sides (mujoco_warp.forward, mj_forward).
+    Reports the largest distance difference over the gripper's and the cubes' geom pairs,
+    whether the contact pairs agree, and the time of one ask on the device against the host
+    path's (an mj_forward and mj_geomDistance over the same pairs), `asks` times each."""
+    import mujoco
+    from demofactory.robots.geom_distance import surface_distance
+    from demofactory.simulation.mjwarp import BatchedWorlds, WorldContacts
+
+    worlds = BatchedWorlds(model, start, nworld=nworld, device=device)
+    for k in range(min(len(ctrl), 20)):
+        for c in ctrl[k]:
+            worlds.set_ctrl(c)
+            worlds.step(1)
+    with worlds.warp.ScopedDevice(device):
+        worlds.mjw.forward(worlds.wmodel, worlds.wdata)
+        worlds.warp.synchronize()
+    reads = WorldContacts(worlds)
+    hand = frozenset(_named_geoms(model, ("gripper0",)))
+    cubes = [frozenset(_named_geoms(model, (name,))) for name in ("cubeA", "cubeB")]
+    if not hand or not all(cubes):
+        raise SystemExit("--contacts needs a Stack trace (gripper0*, cubeA*, cubeB* bodies)")
+    data = mujoco.MjData(model)
+    qpos = worlds.qpos
+    worst, agree = 0.0, True
+    for w in sorted({0, nworld - 1}):
+        data.qpos[:] = qpos[w]
+        mujoco.mj_forward(model, data)
+        for cube in cubes:
+            for a in [frozenset({g}) for g in hand]:
+                cpu = min(surface_distance(model, data, g, h, 1.0) for g in a for h in cube)
+                worst = max(worst, abs(reads.distance(w, a, cube, 1.0) - cpu))
+        n = data.ncon
+        cpu_pairs = {tuple(sorted(x)) for x in data.contact.geom[:n].tolist()}
+        device_pairs = {tuple(sorted(x)) for x in reads.contacts(w).tolist()}
+        agree &= cpu_pairs == device_pairs
+    start_t = time.perf_counter()
+    for i in range(asks):
+        reads.distance(i % nworld, hand, cubes[i % 2], 0.003)
+        reads.contacts(i % nworld)
+    device_ask = (time.perf_counter() - start_t) / asks
+    start_t = time.perf_counter()
+    for i in range(asks):
+        data.qpos[:] = qpos[i % nworld]
+        mujoco.mj_forward(model, data)
+        min(surface_distance(model, data, g, h, 0.003 + 1e-6) for g in hand for h in cubes[i % 2])
+    host_ask = (time.perf_counter() - start_t) / asks
+    return {
+        "worlds": nworld,
+        "pairs_per_distance": len(hand) * len(cubes[0]),
+        "distance_max_abs_diff_m": float(f"{worst:.3g}"),
+        "contact_pairs_agree": bool(agree),
+        "device_ask_ms": round(1e3 * device_ask, 4),
+        "host_ask_ms": round(1e3 * host_ask, 4),
+        "device_over_host": round(device_ask / host_ask, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, help="with --save-trace: the spec to trace")
@@ -443,6 +516,13 @@ def main() -> None:
         metavar="WORLDS",
         help="with --spec: the batch actor's host work a world and control step, one batch of "
         "WORLDS attempts, its queries from the device's frames vs through the CPU scene",
+    )
+    parser.add_argument(
+        "--contacts",
+        type=int,
+        metavar="ASKS",
+        help="with --trace: the contact and distance reads on the device vs CPU MuJoCo, and "
+        "ASKS asks timed both ways (mjwarp.WorldContacts; needs demofactory importable)",
     )
     parser.add_argument("--plot", type=Path, help="with --trace: draw the sweep to this PNG")
     parser.add_argument("--plot-from", type=Path, help="draw --plot from a saved sweep JSON")
@@ -478,6 +558,13 @@ def main() -> None:
     import warp as wp
 
     model, start, ctrl = load_trace(args.trace)
+    if args.contacts is not None:
+        rows = [
+            contacts_check(model, start, ctrl, int(n), args.device, args.contacts)
+            for n in args.worlds.split(",")
+        ]
+        print(json.dumps({"device": args.device, "contacts": rows}, indent=1))
+        return
     reference = cpu_reference(model, start, ctrl, args.cpu_steps)
     rows = []
     for n in [int(x) for x in args.worlds.split(",")]:

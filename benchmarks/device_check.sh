@@ -44,6 +44,8 @@ if [ "${1:-all}" = batched ]; then  # no GL, diffusers or torch needed
     step batched_sweep 200 $batched --worlds 64,256,1024,4096,8192 --steps 20 --plot "$OUT/batched_sweep.png"
     # the batched OSC loop too (needs the project's wheel in .whl, as the render benchmarks do)
     step batched_osc 120 $batched --worlds 1024,8192 --steps 10 --osc
+    # the contact and distance predicates' reads on the device vs CPU MuJoCo, and one ask's time
+    step batched_contacts 80 $batched --worlds 64,1024 --contacts 200
     exit 0
 fi
 farm="python3 benchmarks/bench_render_farm.py --scene-file $scene --cameras 2"

@@ -249,6 +249,7 @@ class _Batch:
         self.fresh[:] = True
         for reads in self.reads:
             reads.contacts = None
+            reads.distances.clear()
 
     def restore(self, w: int, snap: Snapshot) -> None:
         """World w back to `snap` (DeviceBatch.restore), its state and frames read again; the
@@ -304,6 +305,7 @@ class _WorldReads:
     def __init__(self, batch: _Batch, w: int):
         self._batch, self._w = batch, w
         self.contacts: np.ndarray | None = None  # [k, 2] geom pairs, this step's
+        self.distances: dict[tuple, float] = {}  # (a, b, cap) -> distance, this step's
 
     @property
     def qpos(self) -> np.ndarray:
@@ -332,7 +334,10 @@ class _WorldReads:
         return set(g2[np.isin(g1, ids)].tolist()) | set(g1[np.isin(g2, ids)].tolist())
 
     def distance(self, a: frozenset[int], b: frozenset[int], cap: float) -> float:
-        return self._batch.device.contacts.distance(self._w, a, b, cap)
+        key = (a, b, cap)
+        if key not in self.distances:
+            self.distances[key] = self._batch.device.contacts.distance(self._w, a, b, cap)
+        return self.distances[key]
 
 
 class DeviceBatch:
