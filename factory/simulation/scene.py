@@ -1009,9 +1009,6 @@ class Scene:
                 if leaf.name in ("opened", "joint"):
                     self._joint_qpos(leaf.objects[0], field)
 
-    def _body_position(self, obj: str) -> np.ndarray:
-        return self.data.xpos[self.bodies[obj]]
-
     def joint_position(self, obj: str) -> float:
         """Position now (rad or m) of the hinge or slide joint moving `obj` (SpecError if none)."""
         return float(self.data.qpos[self._joint_qpos(obj)])
