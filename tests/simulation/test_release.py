@@ -113,6 +113,8 @@ def test_pick_place_human_puts_the_cereal_down_in_its_quadrant(pick_place):
         dropped["success"] += fell.success
         dropped["standing"] += resolved.scene.object_pose("cereal")[2, 2] > upright
     # Put down, boxes stand and attempts succeed; let go where the person let go, the box
-    # lands across the divider, leans on it, and no attempt succeeds.
+    # lands across the divider and leans on it (at most now and then one lands upright: 1 of 8
+    # since touching/grasped read true surface distances, mujoco#3383), and no attempt succeeds.
     assert lowered["success"] >= 2 and lowered["standing"] >= 2, lowered
-    assert dropped == {"success": 0, "standing": 0}
+    assert dropped["success"] == 0, dropped
+    assert dropped["standing"] < lowered["standing"], (lowered, dropped)
