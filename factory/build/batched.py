@@ -82,7 +82,12 @@ from demofactory.generators.poses import make_pose
 from demofactory.generators.predicates import Predicate, parse_predicate
 from demofactory.generators.records import Attempt
 from demofactory.simulation.physics import ActionDelay, PhysicsDraw, model_rows, set_model_rows
-from demofactory.simulation.scene import KINEMATIC_PREDICATES, Snapshot, proprio_of
+from demofactory.simulation.scene import (
+    KINEMATIC_PREDICATES,
+    Snapshot,
+    proprio_of,
+    touching_geoms,
+)
 
 # `worker` below is a demofactory.build.pipeline.ShardWorker, not imported: pipeline runs
 # these (ShardWorker.run_shard), and the layers test forbids the cycle.
@@ -329,9 +334,7 @@ class _WorldReads:
         """As `Scene._touching`, of the world's contacts on the device."""
         if self.contacts is None:
             self.contacts = self._batch.device.contacts.contacts(self._w)
-        g1, g2 = self.contacts[:, 0], self.contacts[:, 1]
-        ids = np.fromiter(geoms, dtype=np.int64, count=len(geoms))
-        return set(g2[np.isin(g1, ids)].tolist()) | set(g1[np.isin(g2, ids)].tolist())
+        return touching_geoms(self.contacts[:, 0], self.contacts[:, 1], geoms)
 
     def distance(self, a: frozenset[int], b: frozenset[int], cap: float) -> float:
         key = (a, b, cap)

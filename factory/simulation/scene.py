@@ -103,6 +103,12 @@ class DataReads:
         return self._scene._distance(a, b, cap)
 
 
+def touching_geoms(g1: np.ndarray, g2: np.ndarray, geoms: frozenset[int]) -> set[int]:
+    """Geoms in contact with any of `geoms`, of contacts between geoms g1[i] and g2[i]."""
+    ids = np.fromiter(geoms, dtype=np.int64, count=len(geoms))
+    return set(g2[np.isin(g1, ids)].tolist()) | set(g1[np.isin(g2, ids)].tolist())
+
+
 def proprio_of(site_pos: np.ndarray, site_mat: np.ndarray, gripper_q: np.ndarray) -> np.ndarray:
     """[9] float32 (PROPRIO_LAYOUT): the grip site's position and quaternion (xyzw) from its
     position [3] and rotation [9] or [3, 3], and the gripper's joint positions."""
@@ -1122,6 +1128,4 @@ class Scene:
     def _touching(self, geoms: frozenset[int]) -> set[int]:
         """Geoms in contact with any of `geoms`."""
         n = self.data.ncon
-        g1, g2 = self.data.contact.geom1[:n], self.data.contact.geom2[:n]
-        ids = np.fromiter(geoms, dtype=np.int64, count=len(geoms))
-        return set(g2[np.isin(g1, ids)].tolist()) | set(g1[np.isin(g2, ids)].tolist())
+        return touching_geoms(self.data.contact.geom1[:n], self.data.contact.geom2[:n], geoms)
