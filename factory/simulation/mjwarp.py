@@ -328,7 +328,8 @@ class WorldContacts:
         with wp.ScopedDevice(worlds.device):
             self._count = wp.zeros(1, dtype=int)
             self._pairs_out = wp.zeros(d.naconmax, dtype=wp.vec2i)
-        self._sets: dict[tuple[frozenset, frozenset], object] = {}  # geom pairs on the device
+        # geom pairs on the device and their distances' array, by geom set pair
+        self._sets: dict[tuple[frozenset, frozenset], tuple] = {}
         self._rows = 0  # EPA scratch rows allocated (one a pair)
 
     def covers(self, geoms) -> bool:
@@ -359,13 +360,12 @@ class WorldContacts:
         m, d = worlds.wmodel, worlds.wdata
         key = (a, b)
         with wp.ScopedDevice(worlds.device):
-            pairs = self._sets.get(key)
-            if pairs is None:
+            if key not in self._sets:
                 ids = np.array([(g, h) for g in sorted(a) for h in sorted(b)], dtype=np.int32)
-                pairs = self._sets[key] = wp.array(ids, dtype=wp.vec2i)
+                self._sets[key] = (wp.array(ids, dtype=wp.vec2i), wp.empty(len(ids), dtype=float))
+            pairs, out = self._sets[key]
             if pairs.shape[0] > self._rows:
                 self._scratch(pairs.shape[0])
-            out = wp.empty(pairs.shape[0], dtype=float)
             wp.launch(
                 self._k.geom_distances,
                 dim=pairs.shape[0],
